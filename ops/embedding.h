@@ -1,0 +1,21 @@
+// Embedding lookup (gather) and its backward (scatter-add).
+#pragma once
+#include <cstdint>
+
+#include "parallel.h"
+
+namespace attnkit {
+
+// y[i, :] = table[ids[i], :] for i < n; table is [vocab, d]. Ids must be in [0, vocab)
+// (callers validate user input first; out-of-range ids here are a programming error).
+// Slices split the n rows.
+void embedding_forward(const float* table, const int32_t* ids, float* y, int64_t n,
+                       int64_t vocab, int64_t d, Slice s = {});
+
+// dtable[ids[i], :] += dy[i, :] (always accumulates). Slices split the vocabulary rows:
+// each thread scans all ids in order and adds only rows it owns, so results are the same
+// whatever the thread count and no two threads write the same row.
+void embedding_backward(const int32_t* ids, const float* dy, float* dtable, int64_t n,
+                        int64_t vocab, int64_t d, Slice s = {});
+
+}  // namespace attnkit

@@ -1,0 +1,58 @@
+// Single-precision matrix multiply with cblas row-major semantics.
+#pragma once
+#include <cstdint>
+
+#include "parallel.h"
+
+namespace attnkit {
+
+// C (m×n) = alpha·op(A)·op(B) + beta·C, row-major, op(X) = Xᵀ when trans_x.
+// A is m×k (k×m when trans_a) with row stride lda; B is k×n (n×k when trans_b) with row
+// stride ldb; C has row stride ldc. BLAS behaviour at the edges: m, n or k may be 0;
+// k == 0 scales C by beta; beta == 0 never reads C (NaN already in C does not leak).
+// Runs on the OpenMP threads (OMP_NUM_THREADS / omp_set_num_threads) when the work is large
+// enough to pay for it; called inside a parallel region it runs on the calling thread only.
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+           int64_t ldc);
+
+// The share of one thread of the same product: slice s computes a disjoint block of C.
+// Every element of C is computed the same way whatever the slice count, so results do not
+// depend on the number of threads.
+void sgemm_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                 int64_t ldc, Slice s);
+
+// Strides of a batch of products indexed by (batch, head): product i = bi·heads + hi uses
+// A + bi·a_batch + hi·a_head (likewise B and C). Attention over [B, T, H·dh] activations
+// uses a_batch = T·H·dh, a_head = dh, lda = H·dh without copying heads apart.
+struct GemmBatch {
+  int64_t batch = 1, heads = 1;
+  int64_t a_batch = 0, a_head = 0;
+  int64_t b_batch = 0, b_head = 0;
+  int64_t c_batch = 0, c_head = 0;
+};
+
+// batch·heads independent products, each as sgemm; the slices split the products between
+// threads (and the rows of C when there are fewer products than threads).
+void sgemm_batched_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                         float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                         float beta, float* c, int64_t ldc, const GemmBatch& batch, Slice s);
+
+// cuBLAS-style strided batch: product i uses A + i·stride_a, B + i·stride_b, C + i·stride_c.
+// Parallel over the products like sgemm.
+void sgemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                           float alpha, const float* a, int64_t lda, int64_t stride_a,
+                           const float* b, int64_t ldb, int64_t stride_b, float beta, float* c,
+                           int64_t ldc, int64_t stride_c, int64_t batch_count);
+
+// Which implementation runs the products above: attnkit's own kernels (default) or
+// OpenBLAS's cblas_sgemm, for comparison.
+enum class GemmBackend { kAttnkit, kOpenBLAS };
+void set_gemm_backend(GemmBackend backend);
+GemmBackend gemm_backend();
+
+// Name of the Highway target the kernels dispatch to on this machine (e.g. "AVX2").
+const char* simd_target_name();
+
+}  // namespace attnkit

@@ -1,0 +1,28 @@
+// Runs a test body once per Highway target this machine supports (AVX2, SSE4, …, scalar),
+// forcing the runtime dispatch to that target, so every compiled kernel variant is checked.
+#pragma once
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "hwy/targets.h"
+
+namespace attnkit::test {
+
+// Restores normal dispatch even when a REQUIRE throws out of the body.
+struct ScopedTarget {
+  explicit ScopedTarget(int64_t target) { hwy::SetSupportedTargetsForTest(target); }
+  ~ScopedTarget() { hwy::SetSupportedTargetsForTest(0); }
+};
+
+template <class Body>
+void for_each_simd_target(Body&& body) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    ScopedTarget scoped(target);
+    INFO("SIMD target " << hwy::TargetName(target));
+    body(std::string(hwy::TargetName(target)));
+  }
+}
+
+}  // namespace attnkit::test

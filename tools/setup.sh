@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs, idempotently, every Debian package attnkit's build, tests and benchmarks need.
+# Only missing packages are installed; fails loudly if one cannot be had.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git
+  libhwy-dev            # Highway: portable SIMD with runtime dispatch (ops/)
+  libopenblas-dev       # OpenBLAS: reference GEMM in tests, optional backend, benchmark baseline
+  libomp-dev            # OpenMP runtime headers (g++ uses libgomp; clang for fuzzing uses libomp)
+  libbenchmark-dev      # Google Benchmark: bench/
+  catch2                # Catch2 2.x: tests/
+  libcli11-dev          # CLI11: the attnkit command line
+  libfmt-dev            # fmt: formatting (g++ 12 has no <format>)
+  nlohmann-json3-dev    # JSON for safetensors headers, meta.json, metrics.json
+  libpng-dev zlib1g-dev # PNG output; zlib for .npz (deflate) reading
+  python3-numpy         # tests read our .npy/.npz back with numpy
+)
+if [ "${ATTNKIT_SETUP_TORCH:-0}" = 1 ]; then
+  packages+=(python3-torch)  # only for bench/compare_pytorch.py
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+    echo "setup: error: need root (or sudo) to install: ${missing[*]}" >&2; exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq || { echo "setup: error: apt-get update failed" >&2; exit 1; }
+if ! $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; then
+  echo "setup: error: could not install: ${missing[*]}" >&2
+  exit 1
+fi
+echo "setup: done"
