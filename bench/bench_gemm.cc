@@ -1,0 +1,158 @@
+// attnkit sgemm vs OpenBLAS cblas_sgemm (vs a naive loop for small sizes), GFLOP/s.
+// Benchmarks of one shape and thread count run side by side, e.g.
+//   bench_gemm --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+//              --benchmark_min_time=0.2 --benchmark_filter='/1t'
+#include <benchmark/benchmark.h>
+#include <cblas.h>  // the openblas-pthread one: declares openblas_set_num_threads
+#include <omp.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/gemm.h"
+
+namespace {
+
+struct Operands {
+  std::vector<float> a, b, c;
+  Operands(int64_t a_size, int64_t b_size, int64_t c_size)
+      : a(static_cast<size_t>(a_size)), b(static_cast<size_t>(b_size)),
+        c(static_cast<size_t>(c_size)) {
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (auto& x : a) x = u(rng);
+    for (auto& x : b) x = u(rng);
+    for (auto& x : c) x = u(rng);
+  }
+};
+
+void set_threads(int threads) {
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+}
+
+void report(benchmark::State& state, double flops_per_iteration) {
+  state.counters["FLOPS"] = benchmark::Counter(
+      flops_per_iteration * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+enum class Impl { kAttnkit, kOpenBLAS, kNaive };
+
+// C (m×n) = A (m×k) · B (k×n), all row-major without transposes.
+void BM_gemm(benchmark::State& state, Impl impl, int64_t m, int64_t k, int64_t n, int threads) {
+  set_threads(threads);
+  Operands x(m * k, k * n, m * n);
+  for (auto _ : state) {
+    switch (impl) {
+      case Impl::kAttnkit:
+        attnkit::sgemm(false, false, m, n, k, 1.0f, x.a.data(), k, x.b.data(), n, 0.0f,
+                       x.c.data(), n);
+        break;
+      case Impl::kOpenBLAS:
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m),
+                    static_cast<int>(n), static_cast<int>(k), 1.0f, x.a.data(),
+                    static_cast<int>(k), x.b.data(), static_cast<int>(n), 0.0f, x.c.data(),
+                    static_cast<int>(n));
+        break;
+      case Impl::kNaive:
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            float sum = 0;
+            for (int64_t kk = 0; kk < k; ++kk) sum += x.a[i * k + kk] * x.b[kk * n + j];
+            x.c[i * n + j] = sum;
+          }
+        break;
+    }
+    benchmark::DoNotOptimize(x.c.data());
+    benchmark::ClobberMemory();
+  }
+  report(state, 2.0 * m * n * k);
+}
+
+// `count` independent tiny products C_i = op(A_i)·op(B_i) (the attention matmuls).
+void BM_batched(benchmark::State& state, bool use_openblas, bool trans_a, bool trans_b,
+                int64_t m, int64_t k, int64_t n, int64_t count, int threads) {
+  set_threads(threads);
+  Operands x(count * m * k, count * k * n, count * m * n);
+  const int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n;
+  for (auto _ : state) {
+    if (use_openblas) {
+      for (int64_t i = 0; i < count; ++i)
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                    trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+                    static_cast<int>(n), static_cast<int>(k), 1.0f, x.a.data() + i * m * k,
+                    static_cast<int>(lda), x.b.data() + i * k * n, static_cast<int>(ldb), 0.0f,
+                    x.c.data() + i * m * n, static_cast<int>(n));
+    } else {
+      attnkit::sgemm_strided_batched(trans_a, trans_b, m, n, k, 1.0f, x.a.data(), lda, m * k,
+                                     x.b.data(), ldb, k * n, 0.0f, x.c.data(), n, m * n, count);
+    }
+    benchmark::DoNotOptimize(x.c.data());
+    benchmark::ClobberMemory();
+  }
+  report(state, 2.0 * m * n * k * count);
+}
+
+void register_all() {
+  struct Shape {
+    int64_t m, k, n;
+  };
+  std::vector<Shape> shapes;
+  for (int64_t s : {64, 128, 256, 512, 1024, 2048}) shapes.push_back({s, s, s});
+  for (Shape s : {Shape{640, 32, 96}, Shape{640, 32, 32}, Shape{640, 32, 128},
+                  Shape{640, 128, 10}})
+    shapes.push_back(s);
+  for (int threads : {1, 2}) {
+    const std::string t = "/" + std::to_string(threads) + "t";
+    for (const Shape& s : shapes) {
+      const std::string name = std::to_string(s.m) + "x" + std::to_string(s.k) + "x" +
+                               std::to_string(s.n) + t;
+      const double work = static_cast<double>(s.m) * s.n * s.k;
+      const double min_time = work > 1e9 ? 1.0 : 0.0;  // big squares: a few iterations suffice
+      auto* ours = benchmark::RegisterBenchmark(("attnkit/" + name).c_str(), BM_gemm,
+                                                Impl::kAttnkit, s.m, s.k, s.n, threads);
+      auto* theirs = benchmark::RegisterBenchmark(("openblas/" + name).c_str(), BM_gemm,
+                                                  Impl::kOpenBLAS, s.m, s.k, s.n, threads);
+      for (auto* b : {ours, theirs}) {
+        b->UseRealTime();
+        if (min_time > 0) b->MinTime(min_time);
+      }
+      if (threads == 1 && work <= 256.0 * 256 * 256)
+        benchmark::RegisterBenchmark(("naive/" + name).c_str(), BM_gemm, Impl::kNaive, s.m, s.k,
+                                     s.n, threads)
+            ->UseRealTime();
+    }
+    // Attention matmuls of 128 (batch·head) pairs: S = Q·Kᵀ (10×16·16×10), O = P·V
+    // (10×10·10×16), and the backward's dQ-style (P·K) and dV-style (Pᵀ·dO) products.
+    struct Tiny {
+      const char* name;
+      bool ta, tb;
+      int64_t m, k, n;
+    };
+    for (Tiny s : {Tiny{"10x16x10", false, false, 10, 16, 10},
+                   Tiny{"10x16x10_QKt", false, true, 10, 16, 10},
+                   Tiny{"10x10x16", false, false, 10, 10, 16},
+                   Tiny{"10x10x16_PtdO", true, false, 10, 10, 16}}) {
+      const std::string name = std::string("batched128_") + s.name + t;
+      benchmark::RegisterBenchmark(("attnkit/" + name).c_str(), BM_batched, false, s.ta, s.tb,
+                                   s.m, s.k, s.n, 128, threads)
+          ->UseRealTime();
+      benchmark::RegisterBenchmark(("openblas/" + name).c_str(), BM_batched, true, s.ta, s.tb,
+                                   s.m, s.k, s.n, 128, threads)
+          ->UseRealTime();
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("attnkit_simd_target", attnkit::simd_target_name());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

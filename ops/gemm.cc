@@ -1,0 +1,236 @@
+// sgemm and its batched forms: Highway kernels with runtime dispatch (ops/gemm_kernels-inl.h),
+// OpenMP over blocks of C, and an OpenBLAS backend for comparison.
+#include "ops/gemm.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/gemm.cc"
+#include "hwy/foreach_target.h"  // before highway.h
+#include "hwy/highway.h"
+#include "ops/gemm_kernels-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnkit::HWY_NAMESPACE {
+
+// Products [p0, p1) of a batch, each computed whole (block rows [i0, i1), all columns).
+void GemmProductsTarget(const gemm_detail::GemmArgs& g, const GemmBatch& batch, int64_t p0,
+                        int64_t p1, int64_t i0, int64_t i1) {
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t bi = p / batch.heads, hi = p % batch.heads;
+    gemm_detail::GemmArgs gp = g;
+    gp.a = g.a + bi * batch.a_batch + hi * batch.a_head;
+    gp.b = g.b + bi * batch.b_batch + hi * batch.b_head;
+    gp.c = g.c + bi * batch.c_batch + hi * batch.c_head;
+    GemmBlock(gp, i0, i1, 0, g.n);
+  }
+}
+
+void GemmBlockTarget(const gemm_detail::GemmArgs& g, int64_t i0, int64_t i1, int64_t j0,
+                     int64_t j1) {
+  GemmBlock(g, i0, i1, j0, j1);
+}
+
+int64_t CurrentTarget() { return HWY_TARGET; }
+
+}  // namespace attnkit::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+
+namespace attnkit {
+HWY_EXPORT(GemmProductsTarget);
+HWY_EXPORT(GemmBlockTarget);
+HWY_EXPORT(CurrentTarget);
+
+namespace gemm_detail {
+
+float* thread_scratch(int slot, size_t floats) {
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  struct Buffers {
+    std::unique_ptr<float, Free> data[2];
+    size_t capacity[2] = {0, 0};
+  };
+  thread_local Buffers buffers;
+  if (floats > buffers.capacity[slot]) {
+    const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+    buffers.data[slot].reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+    if (!buffers.data[slot]) throw std::bad_alloc();
+    buffers.capacity[slot] = bytes / sizeof(float);
+  }
+  return buffers.data[slot].get();
+}
+
+}  // namespace gemm_detail
+
+namespace {
+using gemm_detail::GemmArgs;
+
+std::atomic<GemmBackend> g_backend{GemmBackend::kAttnkit};
+
+// Below this many multiply-adds a parallel region costs more than it saves.
+constexpr int64_t kParallelWork = int64_t{1} << 18;
+
+// Block of C computed by slice s: rows (grain MR) for tall C or the OpenBLAS backend, columns
+// otherwise. Depends only on the shape, so every element's owner is well defined.
+struct Block {
+  int64_t i0, i1, j0, j1;
+};
+Block block_of_slice(int64_t m, int64_t n, Slice s, bool rows_only) {
+  if (s.count <= 1) return {0, m, 0, n};
+  if (rows_only || m >= n) {
+    auto [i0, i1] = slice_range_grain(m, gemm_detail::kMR, s);
+    return {i0, i1, 0, n};
+  }
+  auto [j0, j1] = slice_range_grain(n, 16, s);
+  return {0, m, j0, j1};
+}
+
+// C[i0..i1, j0..j1] = beta·C, without reading C when beta == 0 (k == 0 or alpha == 0).
+void scale_block(const GemmArgs& g, const Block& blk) {
+  for (int64_t i = blk.i0; i < blk.i1; ++i) {
+    float* row = g.c + i * g.ldc;
+    if (g.beta == 0.0f) {
+      std::fill(row + blk.j0, row + blk.j1, 0.0f);
+    } else if (g.beta != 1.0f) {
+      for (int64_t j = blk.j0; j < blk.j1; ++j) row[j] *= g.beta;
+    }
+  }
+}
+
+void openblas_rows(const GemmArgs& g, int64_t i0, int64_t i1) {
+  if (i0 >= i1) return;
+  const float* a = g.a + (g.trans_a ? i0 : i0 * g.lda);
+  cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans,
+              g.trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(i1 - i0),
+              static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, a, static_cast<int>(g.lda),
+              g.b, static_cast<int>(g.ldb), g.beta, g.c + i0 * g.ldc, static_cast<int>(g.ldc));
+}
+
+// Rows [i0, i1) of products [p0, p1) of a batch.
+void products(const GemmArgs& g, const GemmBatch& batch, int64_t p0, int64_t p1, int64_t i0,
+              int64_t i1) {
+  if (p0 >= p1 || i0 >= i1 || g.n == 0) return;
+  if (g.k == 0 || g.alpha == 0.0f) {
+    for (int64_t p = p0; p < p1; ++p) {
+      GemmArgs gp = g;
+      gp.c = g.c + p / batch.heads * batch.c_batch + p % batch.heads * batch.c_head;
+      scale_block(gp, {i0, i1, 0, g.n});
+    }
+    return;
+  }
+  if (g_backend.load(std::memory_order_relaxed) == GemmBackend::kOpenBLAS) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t bi = p / batch.heads, hi = p % batch.heads;
+      GemmArgs gp = g;
+      gp.a = g.a + bi * batch.a_batch + hi * batch.a_head;
+      gp.b = g.b + bi * batch.b_batch + hi * batch.b_head;
+      gp.c = g.c + bi * batch.c_batch + hi * batch.c_head;
+      openblas_rows(gp, i0, i1);
+    }
+    return;
+  }
+  HWY_DYNAMIC_DISPATCH(GemmProductsTarget)(g, batch, p0, p1, i0, i1);
+}
+
+bool worth_threads(int64_t work) {
+  return work >= kParallelWork && !omp_in_parallel() && omp_get_max_threads() > 1;
+}
+
+}  // namespace
+
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+           int64_t ldc) {
+  if (g_backend.load(std::memory_order_relaxed) == GemmBackend::kOpenBLAS && m > 0 && n > 0 &&
+      k > 0 && alpha != 0.0f && !omp_in_parallel()) {
+    // OpenBLAS runs its own threads.
+    openblas_rows({trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc}, 0, m);
+    return;
+  }
+  if (!worth_threads(m * n * k)) {
+    sgemm_slice(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, Slice{});
+    return;
+  }
+#pragma omp parallel
+  {
+    const Slice s{omp_get_thread_num(), omp_get_num_threads()};
+    sgemm_slice(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, s);
+  }
+}
+
+void sgemm_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                 int64_t ldc, Slice s) {
+  if (m <= 0 || n <= 0) return;
+  const GemmArgs g{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
+  const bool openblas = g_backend.load(std::memory_order_relaxed) == GemmBackend::kOpenBLAS;
+  const Block blk = block_of_slice(m, n, s, openblas);
+  if (blk.i0 >= blk.i1 || blk.j0 >= blk.j1) return;
+  if (k <= 0 || alpha == 0.0f) {
+    scale_block(g, blk);
+  } else if (openblas) {
+    openblas_rows(g, blk.i0, blk.i1);
+  } else {
+    HWY_DYNAMIC_DISPATCH(GemmBlockTarget)(g, blk.i0, blk.i1, blk.j0, blk.j1);
+  }
+}
+
+void sgemm_batched_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                         float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                         float beta, float* c, int64_t ldc, const GemmBatch& batch, Slice s) {
+  const int64_t count = batch.batch * batch.heads;
+  if (count <= 0 || m <= 0 || n <= 0) return;
+  const GemmArgs g{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
+  if (count >= s.count) {
+    auto [p0, p1] = slice_range(count, s);
+    products(g, batch, p0, p1, 0, m);
+    return;
+  }
+  // Fewer products than slices: slices index, index + count, … share product index % count
+  // by rows.
+  const int64_t p = s.index % count;
+  const Slice sub{static_cast<int>(s.index / count),
+                  static_cast<int>((s.count - p + count - 1) / count)};
+  auto [i0, i1] = slice_range_grain(m, gemm_detail::kMR, sub);
+  products(g, batch, p, p + 1, i0, i1);
+}
+
+void sgemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                           float alpha, const float* a, int64_t lda, int64_t stride_a,
+                           const float* b, int64_t ldb, int64_t stride_b, float beta, float* c,
+                           int64_t ldc, int64_t stride_c, int64_t batch_count) {
+  GemmBatch batch;
+  batch.batch = batch_count;
+  batch.a_batch = stride_a;
+  batch.b_batch = stride_b;
+  batch.c_batch = stride_c;
+  if (!worth_threads(batch_count * m * n * std::max<int64_t>(k, 1))) {
+    sgemm_batched_slice(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, batch,
+                        Slice{});
+    return;
+  }
+#pragma omp parallel
+  {
+    const Slice s{omp_get_thread_num(), omp_get_num_threads()};
+    sgemm_batched_slice(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, batch,
+                        s);
+  }
+}
+
+void set_gemm_backend(GemmBackend backend) { g_backend.store(backend); }
+GemmBackend gemm_backend() { return g_backend.load(); }
+
+const char* simd_target_name() {
+  return hwy::TargetName(HWY_DYNAMIC_DISPATCH(CurrentTarget)());
+}
+
+}  // namespace attnkit
+#endif  // HWY_ONCE

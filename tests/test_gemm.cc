@@ -1,0 +1,293 @@
+// sgemm against a double-precision reference, against OpenBLAS, across slice counts, batched
+// forms and backends, on every SIMD target the machine supports.
+#include <catch2/catch.hpp>
+#include <cblas.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "hwy_targets.h"
+#include "ops/gemm.h"
+
+namespace {
+
+using attnkit::GemmBatch;
+using attnkit::Slice;
+
+// Operands of one product with padded leading dimensions, and the reference result.
+struct Problem {
+  bool ta, tb;
+  int64_t m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+  std::vector<float> a, b, c;
+};
+
+constexpr float kSentinel = 12345.0f;  // in the ld padding of C; must survive untouched
+
+Problem make_problem(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, float beta,
+                     int64_t pad, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Problem p{ta, tb, m, n, k, 0, 0, 0, alpha, beta, {}, {}, {}};
+  const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k;
+  const int64_t b_rows = tb ? n : k, b_cols = tb ? k : n;
+  p.lda = a_cols + pad;
+  p.ldb = b_cols + pad;
+  p.ldc = n + pad;
+  p.a.resize(static_cast<size_t>(std::max<int64_t>(a_rows * p.lda, 1)));
+  p.b.resize(static_cast<size_t>(std::max<int64_t>(b_rows * p.ldb, 1)));
+  p.c.assign(static_cast<size_t>(std::max<int64_t>(m * p.ldc, 1)), kSentinel);
+  for (auto& x : p.a) x = u(rng);
+  for (auto& x : p.b) x = u(rng);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      p.c[i * p.ldc + j] = beta == 0.0f ? std::numeric_limits<float>::quiet_NaN() : u(rng);
+  return p;
+}
+
+// Checks `got` (C after the product) against a double reference computed from p.c (C before),
+// with a tolerance scaled by sum |a||b| and |beta·c|, and that the ld padding is untouched.
+void check_against_reference(const Problem& p, const std::vector<float>& got) {
+  const double eps = std::numeric_limits<float>::epsilon();
+  for (int64_t i = 0; i < p.m; ++i) {
+    for (int64_t j = 0; j < p.n; ++j) {
+      double sum = 0, mag = 0;
+      for (int64_t kk = 0; kk < p.k; ++kk) {
+        const double av = p.ta ? p.a[kk * p.lda + i] : p.a[i * p.lda + kk];
+        const double bv = p.tb ? p.b[j * p.ldb + kk] : p.b[kk * p.ldb + j];
+        sum += av * bv;
+        mag += std::fabs(av * bv);
+      }
+      const double c0 = p.beta == 0.0f ? 0.0 : p.c[i * p.ldc + j];
+      const double want = p.alpha * sum + p.beta * c0;
+      const double tol =
+          (p.k + 4) * eps * (std::fabs(p.alpha) * mag + std::fabs(p.beta * c0)) + 1e-30;
+      const float have = got[i * p.ldc + j];
+      if (!(std::fabs(have - want) <= tol)) {
+        INFO("C[" << i << "," << j << "] = " << have << ", want " << want << " (tol " << tol
+                  << ")");
+        REQUIRE(std::fabs(have - want) <= tol);
+      }
+    }
+    for (int64_t j = p.n; j < p.ldc; ++j) REQUIRE(got[i * p.ldc + j] == kSentinel);
+  }
+}
+
+std::vector<float> run_sgemm(const Problem& p) {
+  std::vector<float> c = p.c;
+  attnkit::sgemm(p.ta, p.tb, p.m, p.n, p.k, p.alpha, p.a.data(), p.lda, p.b.data(), p.ldb,
+                 p.beta, c.data(), p.ldc);
+  return c;
+}
+
+std::vector<float> run_slices(const Problem& p, int count) {
+  std::vector<float> c = p.c;
+  for (int s = 0; s < count; ++s)
+    attnkit::sgemm_slice(p.ta, p.tb, p.m, p.n, p.k, p.alpha, p.a.data(), p.lda, p.b.data(),
+                         p.ldb, p.beta, c.data(), p.ldc, Slice{s, count});
+  return c;
+}
+
+bool bitwise_equal(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+struct BackendGuard {
+  explicit BackendGuard(attnkit::GemmBackend b) { attnkit::set_gemm_backend(b); }
+  ~BackendGuard() { attnkit::set_gemm_backend(attnkit::GemmBackend::kAttnkit); }
+};
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+// Direct-path shapes, then shapes that take the packed path (deep k, wide n, several MC/KC/NC
+// blocks and ragged edges).
+const std::vector<Shape> kLargeShapes = {
+    {65, 127, 257}, {37, 29, 513}, {150, 40, 300}, {70, 520, 13}, {13, 2100, 9},
+    {257, 300, 130}, {127, 96, 128}, {640, 10, 128}, {33, 65, 7}};
+
+}  // namespace
+
+TEST_CASE("sgemm matches a double reference on every SIMD target", "[gemm]") {
+  const std::vector<int64_t> sizes = {0, 1, 2, 7, 13, 33};
+  const std::vector<std::pair<float, float>> scalars = {{1, 0}, {-0.5f, 1}, {2, -0.5f}, {0, 2}};
+  attnkit::test::for_each_simd_target([&](const std::string& target) {
+    REQUIRE(std::string(attnkit::simd_target_name()) == target);
+    uint32_t seed = 1;
+    for (int trans = 0; trans < 4; ++trans) {
+      const bool ta = trans & 1, tb = trans & 2;
+      for (int64_t m : sizes)
+        for (int64_t n : sizes)
+          for (int64_t k : sizes)
+            for (auto [alpha, beta] : scalars) {
+              if ((m + n + k + seed) % 3 != 0 && alpha != 1) continue;  // thin the grid
+              const Problem p = make_problem(ta, tb, m, n, k, alpha, beta, seed % 3, seed);
+              ++seed;
+              INFO("ta=" << ta << " tb=" << tb << " m=" << m << " n=" << n << " k=" << k
+                         << " alpha=" << alpha << " beta=" << beta);
+              check_against_reference(p, run_sgemm(p));
+            }
+      for (const Shape& s : kLargeShapes) {
+        for (auto [alpha, beta] : {std::pair<float, float>{1, 0}, {-0.5f, 2}}) {
+          const Problem p = make_problem(ta, tb, s.m, s.n, s.k, alpha, beta, 3, seed++);
+          INFO("ta=" << ta << " tb=" << tb << " m=" << s.m << " n=" << s.n << " k=" << s.k
+                     << " alpha=" << alpha << " beta=" << beta);
+          check_against_reference(p, run_sgemm(p));
+        }
+      }
+    }
+  });
+}
+
+TEST_CASE("sgemm agrees with cblas_sgemm on random shapes", "[gemm]") {
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<int64_t> dim(1, 300);
+  for (int trial = 0; trial < 40; ++trial) {
+    const bool ta = trial & 1, tb = trial & 2;
+    const int64_t m = dim(rng), n = dim(rng), k = trial % 5 == 0 ? dim(rng) * 2 : dim(rng);
+    const Problem p = make_problem(ta, tb, m, n, k, 0.75f, trial % 3 == 0 ? 0.0f : 0.5f,
+                                   trial % 4, 1000 + trial);
+    std::vector<float> want = p.c;
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), p.alpha,
+                p.a.data(), static_cast<int>(p.lda), p.b.data(), static_cast<int>(p.ldb),
+                p.beta, want.data(), static_cast<int>(p.ldc));
+    const std::vector<float> got = run_sgemm(p);
+    INFO("ta=" << ta << " tb=" << tb << " m=" << m << " n=" << n << " k=" << k);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        REQUIRE(got[i * p.ldc + j] ==
+                Approx(want[i * p.ldc + j]).margin(1e-5 * std::sqrt(double(k))).epsilon(1e-4));
+  }
+}
+
+TEST_CASE("sgemm_slice results are bitwise independent of the slice count", "[gemm]") {
+  std::vector<Shape> shapes = kLargeShapes;
+  shapes.push_back({10, 10, 16});
+  shapes.push_back({3, 50, 20});
+  shapes.push_back({300, 300, 300});
+  for (int trans = 0; trans < 4; ++trans) {
+    for (const Shape& s : shapes) {
+      const Problem p = make_problem(trans & 1, trans & 2, s.m, s.n, s.k, 1.5f, -0.5f, 1, 7);
+      const std::vector<float> one = run_slices(p, 1);
+      INFO("trans=" << trans << " m=" << s.m << " n=" << s.n << " k=" << s.k);
+      for (int count : {2, 3, 8}) REQUIRE(bitwise_equal(one, run_slices(p, count)));
+      const int saved = omp_get_max_threads();
+      omp_set_num_threads(2);
+      REQUIRE(bitwise_equal(one, run_sgemm(p)));  // sgemm's own parallel region
+      omp_set_num_threads(saved);
+    }
+  }
+}
+
+TEST_CASE("sgemm_batched_slice runs attention over interleaved heads", "[gemm]") {
+  // Q, K, V are [B, T, H·dh]; scores S = Q·Kᵀ are [B, H, T, T]; out = S·V is [B, T, H·dh].
+  const int64_t B = 2, T = 10, H = 3, dh = 16, row = H * dh;
+  std::vector<float> qa(B * T * row), ka(B * T * row), va(B * T * row);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto* v : {&qa, &ka, &va})
+    for (auto& x : *v) x = u(rng);
+
+  GemmBatch scores_batch{B, H, T * row, dh, T * row, dh, H * T * T, T * T};
+  GemmBatch out_batch{B, H, H * T * T, T * T, T * row, dh, T * row, dh};
+  for (auto backend : {attnkit::GemmBackend::kAttnkit, attnkit::GemmBackend::kOpenBLAS}) {
+    BackendGuard guard(backend);
+    std::vector<float> one_s, one_o;
+    for (int count : {1, 2, 5, 8}) {  // 8 > B·H: slices share products by rows
+      std::vector<float> s(B * H * T * T, std::numeric_limits<float>::quiet_NaN());
+      std::vector<float> o(B * T * row, std::numeric_limits<float>::quiet_NaN());
+      for (int i = 0; i < count; ++i)
+        attnkit::sgemm_batched_slice(false, true, T, T, dh, 0.25f, qa.data(), row, ka.data(),
+                                     row, 0.0f, s.data(), T, scores_batch, Slice{i, count});
+      for (int i = 0; i < count; ++i)
+        attnkit::sgemm_batched_slice(false, false, T, dh, T, 1.0f, s.data(), T, va.data(), row,
+                                     0.0f, o.data(), row, out_batch, Slice{i, count});
+      for (int64_t bi = 0; bi < B; ++bi)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t t = 0; t < T; ++t) {
+            for (int64_t u2 = 0; u2 < T; ++u2) {
+              double want = 0;
+              for (int64_t e = 0; e < dh; ++e)
+                want += double(qa[(bi * T + t) * row + h * dh + e]) *
+                        ka[(bi * T + u2) * row + h * dh + e];
+              REQUIRE(s[((bi * H + h) * T + t) * T + u2] == Approx(0.25 * want).margin(1e-5));
+            }
+            for (int64_t e = 0; e < dh; ++e) {
+              double want = 0;
+              for (int64_t u2 = 0; u2 < T; ++u2)
+                want += double(s[((bi * H + h) * T + t) * T + u2]) *
+                        va[(bi * T + u2) * row + h * dh + e];
+              REQUIRE(o[(bi * T + t) * row + h * dh + e] == Approx(want).margin(1e-5));
+            }
+          }
+      if (backend == attnkit::GemmBackend::kAttnkit) {
+        if (count == 1) {
+          one_s = s;
+          one_o = o;
+        } else {
+          REQUIRE(bitwise_equal(one_s, s));
+          REQUIRE(bitwise_equal(one_o, o));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("sgemm_strided_batched matches the reference per product", "[gemm]") {
+  for (int trans = 0; trans < 4; ++trans) {
+    for (Shape s : {Shape{10, 10, 16}, Shape{10, 16, 10}, Shape{33, 20, 300}}) {
+      const int64_t count = 64;
+      std::vector<Problem> ps;
+      for (int64_t i = 0; i < count; ++i)
+        ps.push_back(make_problem(trans & 1, trans & 2, s.m, s.n, s.k, 0.5f, i % 2 ? 1.0f : 0.0f,
+                                  0, 100 + static_cast<uint32_t>(i)));
+      const Problem& p0 = ps[0];
+      const int64_t sa = p0.a.size(), sb = p0.b.size(), sc = p0.c.size();
+      std::vector<float> a, b, c;
+      for (const Problem& p : ps) {
+        a.insert(a.end(), p.a.begin(), p.a.end());
+        b.insert(b.end(), p.b.begin(), p.b.end());
+        c.insert(c.end(), p.c.begin(), p.c.end());
+      }
+      // Products alternate beta 0 / 1, so run the two halves as two strided calls.
+      for (int64_t parity = 0; parity < 2; ++parity)
+        attnkit::sgemm_strided_batched(
+            p0.ta, p0.tb, s.m, s.n, s.k, 0.5f, a.data() + parity * sa, p0.lda, 2 * sa,
+            b.data() + parity * sb, p0.ldb, 2 * sb, parity ? 1.0f : 0.0f,
+            c.data() + parity * sc, p0.ldc, 2 * sc, count / 2);
+      for (int64_t i = 0; i < count; ++i) {
+        INFO("trans=" << trans << " product " << i);
+        check_against_reference(ps[i], std::vector<float>(c.begin() + i * sc,
+                                                          c.begin() + (i + 1) * sc));
+      }
+    }
+  }
+}
+
+TEST_CASE("the OpenBLAS backend gives the same products", "[gemm]") {
+  BackendGuard guard(attnkit::GemmBackend::kOpenBLAS);
+  REQUIRE(attnkit::gemm_backend() == attnkit::GemmBackend::kOpenBLAS);
+  for (int trans = 0; trans < 4; ++trans) {
+    for (const Shape& s : {Shape{0, 5, 5}, Shape{5, 5, 0}, Shape{1, 1, 1}, Shape{65, 127, 257},
+                           Shape{640, 10, 128}}) {
+      for (float beta : {0.0f, -0.5f}) {
+        const Problem p = make_problem(trans & 1, trans & 2, s.m, s.n, s.k, 2.0f, beta, 2, 9);
+        INFO("trans=" << trans << " m=" << s.m << " n=" << s.n << " k=" << s.k);
+        check_against_reference(p, run_sgemm(p));
+        check_against_reference(p, run_slices(p, 3));
+      }
+    }
+  }
+}
+
+TEST_CASE("simd_target_name names the best supported target", "[gemm]") {
+  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  REQUIRE(!targets.empty());
+  REQUIRE(std::string(attnkit::simd_target_name()) == hwy::TargetName(targets.front()));
+}
