@@ -79,6 +79,7 @@ inline constexpr bool kFaultFreeMaskedLoad = false;
 
 // The first `count` (<= Lanes) floats at p, zeros after them, touching no memory beyond.
 HWY_INLINE VF LoadFirst(DF d, const float* HWY_RESTRICT p, size_t count) {
+  if (count == hn::Lanes(d)) return hn::LoadU(d, p);
   if constexpr (kFaultFreeMaskedLoad) {
     return hn::MaskedLoad(hn::FirstN(d, count), d, p);
   } else {
@@ -91,27 +92,25 @@ HWY_INLINE VF LoadFirst(DF d, const float* HWY_RESTRICT p, size_t count) {
 // How the write-back combines the accumulator with what C holds.
 enum class Combine { kOverwrite, kAdd, kScale };  // alpha·acc, +C, +beta·C
 
-// Accumulates an R × (2 vectors) tile of A·B over k into acc. A(r, kk) = a[r·ar + kk·ak];
-// B(kk, 0..2V) = b[kk·ldb ...]; with kMaskB only the first `cols` columns of B are read.
-template <int R, bool kMaskB>
+// Accumulates an R × NV-vector tile of A·B over k into acc: A(r, kk) = a[r·ar + kk·ak], vector
+// v of row kk of B at b_v + kk·ldb. The two B vectors need not be adjacent: a ragged last tile
+// reads a vector that overlaps its neighbour instead of masking (masked loads are slow on AMD
+// and not fault-free before AVX2).
+template <int R, int NV>
 HWY_INLINE void AccumulateTile(DF d, int64_t k, const float* HWY_RESTRICT a, int64_t ar,
-                               int64_t ak, const float* HWY_RESTRICT b, int64_t ldb,
-                               size_t cols, VF (&acc)[kMR][2]) {
-  const size_t lanes = hn::Lanes(d);
-  const auto m0 = hn::FirstN(d, std::min(cols, lanes));
-  const auto m1 = hn::FirstN(d, cols > lanes ? cols - lanes : 0);
+                               int64_t ak, const float* HWY_RESTRICT b0,
+                               const float* HWY_RESTRICT b1, int64_t ldb, VF (&acc)[kMR][2]) {
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = hn::Zero(d);
   for (int64_t kk = 0; kk < k; ++kk) {
-    const float* HWY_RESTRICT bk = b + kk * ldb;
-    const VF b0 = kMaskB ? hn::MaskedLoad(m0, d, bk) : hn::LoadU(d, bk);
-    const VF b1 = kMaskB ? hn::MaskedLoad(m1, d, bk + lanes) : hn::LoadU(d, bk + lanes);
+    const VF bv0 = hn::LoadU(d, b0 + kk * ldb);
+    const VF bv1 = NV == 2 ? hn::LoadU(d, b1 + kk * ldb) : bv0;
     const float* HWY_RESTRICT ak_ptr = a + kk * ak;
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       const VF av = hn::Set(d, ak_ptr[r * ar]);
-      acc[r][0] = hn::MulAdd(av, b0, acc[r][0]);
-      acc[r][1] = hn::MulAdd(av, b1, acc[r][1]);
+      acc[r][0] = hn::MulAdd(av, bv0, acc[r][0]);
+      if constexpr (NV == 2) acc[r][1] = hn::MulAdd(av, bv1, acc[r][1]);
     }
   }
 }
@@ -121,6 +120,18 @@ HWY_INLINE VF CombineVec(DF d, VF acc, VF alpha, VF beta, VF old, Combine combin
   if (combine == Combine::kOverwrite) return hn::Mul(acc, alpha);
   if (combine == Combine::kAdd) return hn::MulAdd(acc, alpha, old);
   return hn::MulAdd(acc, alpha, hn::Mul(beta, old));
+}
+
+// Stores the first `count` lanes of v. Masked stores are microcoded and slow on AMD, so the
+// ragged part goes through a stack buffer.
+HWY_INLINE void StoreFirst(DF d, VF v, size_t count, float* HWY_RESTRICT p) {
+  if (count == hn::Lanes(d)) {
+    hn::StoreU(v, d, p);
+    return;
+  }
+  alignas(64) float buf[64 / sizeof(float)];
+  hn::Store(v, d, buf);
+  for (size_t i = 0; i < count; ++i) p[i] = buf[i];
 }
 
 HWY_INLINE void StoreTile(DF d, const VF (&acc)[kMR][2], int64_t rows, size_t cols, float alpha,
@@ -139,15 +150,13 @@ HWY_INLINE void StoreTile(DF d, const VF (&acc)[kMR][2], int64_t rows, size_t co
     return;
   }
   const size_t cols0 = std::min(cols, lanes), cols1 = cols > lanes ? cols - lanes : 0;
-  const auto m0 = hn::FirstN(d, cols0);
-  const auto m1 = hn::FirstN(d, cols1);
   for (int64_t r = 0; r < rows; ++r) {
     float* cr = c + r * ldc;
     const VF o0 = read ? LoadFirst(d, cr, cols0) : hn::Zero(d);
-    hn::BlendedStore(CombineVec(d, acc[r][0], va, vb, o0, combine), m0, d, cr);
+    StoreFirst(d, CombineVec(d, acc[r][0], va, vb, o0, combine), cols0, cr);
     if (cols1 > 0) {
       const VF o1 = read ? LoadFirst(d, cr + lanes, cols1) : hn::Zero(d);
-      hn::BlendedStore(CombineVec(d, acc[r][1], va, vb, o1, combine), m1, d, cr + lanes);
+      StoreFirst(d, CombineVec(d, acc[r][1], va, vb, o1, combine), cols1, cr + lanes);
     }
   }
 }
@@ -160,78 +169,101 @@ inline Combine FirstCombine(float beta) {
 // No packing of A: the kernel broadcasts A straight from memory (either layout). B is read in
 // place when row-major; Bᵀ is first copied into a small zero-padded panel in thread scratch.
 
-// Where the direct kernel reads op(B) columns j0..j1: whole 2V-wide tiles from `main`
-// (row stride ld_main), the ragged last tile from `tail` (row stride ld_tail), which is either
-// B itself (masked loads) or a zero-padded copy in scratch.
-struct DirectB {
-  const float* main;
-  int64_t ld_main;
-  const float* tail;
-  int64_t ld_tail;
-  bool mask_tail;
-};
-
+// Ragged last columns [j, j1) of a direct block, t = j1 - j < 2V. B is read in place (or from
+// a panel at least V wide) with vectors ending exactly at j1, overlapping what lies before.
+// Overlapping lanes are recomputed by the same FMA chain, so storing them again is harmless
+// unless C is read (beta) or the lanes belong to another slice; then only new lanes are stored.
 template <int R>
-HWY_INLINE void DirectRows(DF d, const GemmArgs& g, int64_t i, const DirectB& b, int64_t j0,
-                           int64_t j1) {
-  const int64_t nr = 2 * static_cast<int64_t>(hn::Lanes(d));
+HWY_INLINE void DirectTail(DF d, const GemmArgs& g, const float* a, int64_t ar, int64_t ak,
+                           const float* b, int64_t ldb, float* c, int64_t t,
+                           bool may_overwrite_before, VF (&acc)[kMR][2]) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const Combine combine = FirstCombine(g.beta);
+  const VF va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
+  const bool read = combine != Combine::kOverwrite;
+  if (t > lanes) {  // [j, j + V) and [j1 - V, j1): the overlap stays inside this tile
+    AccumulateTile<R, 2>(d, g.k, a, ar, ak, b, b + t - lanes, ldb, acc);
+    for (int r = 0; r < R; ++r) {
+      float* cr = c + r * g.ldc;
+      const VF o0 = read ? hn::LoadU(d, cr) : hn::Zero(d);
+      const VF o1 = read ? hn::LoadU(d, cr + t - lanes) : hn::Zero(d);
+      const VF n0 = CombineVec(d, acc[r][0], va, vb, o0, combine);
+      const VF n1 = CombineVec(d, acc[r][1], va, vb, o1, combine);
+      hn::StoreU(n0, d, cr);
+      hn::StoreU(n1, d, cr + t - lanes);
+    }
+    return;
+  }
+  // One vector [j1 - V, j1), overlapping the previous tile.
+  AccumulateTile<R, 1>(d, g.k, a, ar, ak, b + t - lanes, nullptr, ldb, acc);
+  const bool whole = !read && may_overwrite_before;
+  for (int r = 0; r < R; ++r) {
+    float* cr = c + r * g.ldc + t - lanes;
+    if (whole) {
+      hn::StoreU(hn::Mul(acc[r][0], va), d, cr);
+      continue;
+    }
+    alignas(64) float buf[64 / sizeof(float)];
+    const size_t skip = static_cast<size_t>(lanes - t);
+    if (read) {
+      for (size_t i = skip; i < static_cast<size_t>(lanes); ++i) buf[i] = cr[i];
+    }
+    const VF o = read ? hn::Load(d, buf) : hn::Zero(d);
+    hn::Store(CombineVec(d, acc[r][0], va, vb, o, combine), d, buf);
+    for (size_t i = skip; i < static_cast<size_t>(lanes); ++i) cr[i] = buf[i];
+  }
+}
+
+// Rows i..i+R of a direct block; op(B) columns j0..j1 are at b (row stride ldb), which reads
+// whole vectors up to V columns before j1 when j1 - j0 < V.
+template <int R>
+HWY_INLINE void DirectRows(DF d, const GemmArgs& g, int64_t i, const float* b, int64_t ldb,
+                           int64_t j0, int64_t j1) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), nr = 2 * lanes;
   const int64_t ar = g.trans_a ? 1 : g.lda, ak = g.trans_a ? g.lda : 1;
   const float* a = g.a + i * ar;
+  float* c = g.c + i * g.ldc;
   const Combine combine = FirstCombine(g.beta);
   VF acc[kMR][2];
   int64_t j = j0;
   for (; j + nr <= j1; j += nr) {
-    AccumulateTile<R, false>(d, g.k, a, ar, ak, b.main + (j - j0), b.ld_main, nr, acc);
-    StoreTile(d, acc, R, nr, g.alpha, g.beta, combine, g.c + i * g.ldc + j, g.ldc);
+    AccumulateTile<R, 2>(d, g.k, a, ar, ak, b + (j - j0), b + (j - j0) + lanes, ldb, acc);
+    StoreTile(d, acc, R, nr, g.alpha, g.beta, combine, c + j, g.ldc);
   }
   if (j < j1) {
-    const size_t cols = static_cast<size_t>(j1 - j);
-    if (b.mask_tail) {
-      AccumulateTile<R, true>(d, g.k, a, ar, ak, b.tail, b.ld_tail, cols, acc);
-    } else {
-      AccumulateTile<R, false>(d, g.k, a, ar, ak, b.tail, b.ld_tail, cols, acc);
-    }
-    StoreTile(d, acc, R, cols, g.alpha, g.beta, combine, g.c + i * g.ldc + j, g.ldc);
+    DirectTail<R>(d, g, a, ar, ak, b + (j - j0), ldb, c + j, j1 - j, j1 - lanes >= j0, acc);
   }
 }
 
 inline void GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   const DF d;
-  const int64_t nr = 2 * static_cast<int64_t>(hn::Lanes(d));
-  const int64_t tail_begin = j0 + (j1 - j0) / nr * nr;
-  DirectB b{g.b + j0, g.ldb, g.b + tail_begin, g.ldb, kFaultFreeMaskedLoad};
-  if (g.trans_b) {
-    // Bᵀ columns j0..j1 as a k × width row-major panel, zero-padded to whole tiles.
-    const int64_t width = (j1 - j0 + nr - 1) / nr * nr;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const float* b = g.b + j0;
+  int64_t ldb = g.ldb;
+  if (g.trans_b || j1 < lanes) {
+    // Copy op(B) columns j0..j1 into a k × width row-major panel; at least one vector wide
+    // (zero-padded in front) so the ragged-tile loads stay inside it.
+    const int64_t width = std::max(j1 - j0, lanes), pad = width - (j1 - j0);
     float* panel = gemm_detail::thread_scratch(1, static_cast<size_t>(g.k * width));
     for (int64_t kk = 0; kk < g.k; ++kk) {
       float* row = panel + kk * width;
-      for (int64_t j = j0; j < j1; ++j) row[j - j0] = g.b[j * g.ldb + kk];
-      for (int64_t j = j1 - j0; j < width; ++j) row[j] = 0.0f;
+      for (int64_t j = 0; j < pad; ++j) row[j] = 0.0f;
+      for (int64_t j = j0; j < j1; ++j)
+        row[pad + j - j0] = g.trans_b ? g.b[j * g.ldb + kk] : g.b[kk * g.ldb + j];
     }
-    b = {panel, width, panel + (tail_begin - j0), width, false};
-  } else if (tail_begin < j1 && !kFaultFreeMaskedLoad) {
-    // The ragged columns as a k × NR zero-padded panel, so no load runs past B.
-    float* panel = gemm_detail::thread_scratch(1, static_cast<size_t>(g.k * nr));
-    for (int64_t kk = 0; kk < g.k; ++kk) {
-      const float* src = g.b + kk * g.ldb;
-      float* row = panel + kk * nr;
-      for (int64_t j = tail_begin; j < j1; ++j) row[j - tail_begin] = src[j];
-      for (int64_t j = j1 - tail_begin; j < nr; ++j) row[j] = 0.0f;
-    }
-    b.tail = panel;
-    b.ld_tail = nr;
+    b = panel + pad;
+    ldb = width;
   }
   for (int64_t ic = i0; ic < i1; ic += gemm_detail::kDirectRows) {
     const int64_t ie = std::min(i1, ic + gemm_detail::kDirectRows);
     int64_t i = ic;
-    for (; i + kMR <= ie; i += kMR) DirectRows<6>(d, g, i, b, j0, j1);
+    for (; i + kMR <= ie; i += kMR) DirectRows<6>(d, g, i, b, ldb, j0, j1);
     switch (ie - i) {
-      case 5: DirectRows<5>(d, g, i, b, j0, j1); break;
-      case 4: DirectRows<4>(d, g, i, b, j0, j1); break;
-      case 3: DirectRows<3>(d, g, i, b, j0, j1); break;
-      case 2: DirectRows<2>(d, g, i, b, j0, j1); break;
-      case 1: DirectRows<1>(d, g, i, b, j0, j1); break;
+      case 5: DirectRows<5>(d, g, i, b, ldb, j0, j1); break;
+      case 4: DirectRows<4>(d, g, i, b, ldb, j0, j1); break;
+      case 3: DirectRows<3>(d, g, i, b, ldb, j0, j1); break;
+      case 2: DirectRows<2>(d, g, i, b, ldb, j0, j1); break;
+      case 1: DirectRows<1>(d, g, i, b, ldb, j0, j1); break;
       default: break;
     }
   }
@@ -313,7 +345,7 @@ inline void GemmPacked(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
           const float* bpanel = bp + jr * kc;
           for (int64_t ir = 0; ir < mc; ir += kMR) {
             const int64_t rows = std::min(kMR, mc - ir);
-            AccumulateTile<6, false>(d, kc, ap + ir * kc, 1, kMR, bpanel, nr, cols, acc);
+            AccumulateTile<6, 2>(d, kc, ap + ir * kc, 1, kMR, bpanel, bpanel + nr / 2, nr, acc);
             StoreTile(d, acc, rows, cols, g.alpha, g.beta, combine,
                       g.c + (ic + ir) * g.ldc + jc + jr, g.ldc);
           }
