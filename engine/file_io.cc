@@ -1,0 +1,110 @@
+#include "engine/file_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "engine/error.h"
+
+namespace attnkit {
+
+namespace {
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+std::string directory_of(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// Makes the rename itself durable. Filesystems that cannot sync directories report EINVAL;
+// there is nothing more to do on those.
+void sync_directory(const std::string& path) {
+  std::string dir = directory_of(path);
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) throw FileError(path + ": written, but cannot open directory " + dir +
+                              " to sync it: " + errno_text(errno));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0 && err != EINVAL)
+    throw FileError(path + ": written, but syncing directory " + dir + " failed: " +
+                    errno_text(err));
+}
+
+}  // namespace
+
+std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw FileError(path + ": cannot open: " + errno_text(errno));
+  struct stat st {};
+  if (::fstat(::fileno(f), &st) != 0) {
+    int err = errno;
+    std::fclose(f);
+    throw FileError(path + ": cannot stat: " + errno_text(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    std::fclose(f);
+    throw FileError(path + ": not a regular file");
+  }
+  uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > max_bytes) {
+    std::fclose(f);
+    throw FileError(path + ": file is " + std::to_string(size) + " bytes, more than the limit of " +
+                    std::to_string(max_bytes) + " bytes");
+  }
+  std::vector<uint8_t> bytes(size);
+  size_t got = size ? std::fread(bytes.data(), 1, size, f) : 0;
+  bool failed = std::ferror(f);
+  int err = errno;
+  std::fclose(f);
+  if (failed) throw FileError(path + ": read failed: " + errno_text(err));
+  if (got != size)
+    throw FileError(path + ": file shrank while reading (" + std::to_string(got) + " of " +
+                    std::to_string(size) + " bytes)");
+  return bytes;
+}
+
+void write_bytes(std::FILE* f, const void* data, size_t size, const std::string& path) {
+  if (size && std::fwrite(data, 1, size, f) != size)
+    throw FileError(path + ": write failed: " + errno_text(errno));
+}
+
+void write_file_atomic(const std::string& path, const std::function<void(std::FILE*)>& write) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw FileError(path + ": cannot create " + tmp + ": " + errno_text(errno));
+  errno = 0;
+  try {
+    write(f);
+  } catch (...) {
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    throw;
+  }
+  // Any failed fwrite in the callback leaves the error flag set; fflush/fsync catch the rest
+  // (ENOSPC is often only reported when buffered data reaches the disk).
+  std::string failure;
+  if (std::ferror(f)) failure = errno ? "write failed: " + errno_text(errno) : "write failed";
+  else if (std::fflush(f) != 0) failure = "write failed: " + errno_text(errno);
+  else if (::fsync(::fileno(f)) != 0) failure = "fsync failed: " + errno_text(errno);
+  if (std::fclose(f) != 0 && failure.empty()) failure = "close failed: " + errno_text(errno);
+  if (failure.empty() && std::rename(tmp.c_str(), path.c_str()) != 0)
+    failure = "cannot rename " + tmp + " over it: " + errno_text(errno);
+  if (!failure.empty()) {
+    std::remove(tmp.c_str());
+    throw FileError(path + ": " + failure);
+  }
+  sync_directory(path);
+}
+
+void write_file_atomic(const std::string& path, const void* data, size_t size) {
+  write_file_atomic(path, [&](std::FILE* f) { write_bytes(f, data, size, path); });
+}
+
+}  // namespace attnkit

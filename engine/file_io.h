@@ -1,0 +1,28 @@
+// Whole-file reads and crash-safe writes. Every error is a FileError naming the file.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace attnkit {
+
+// Reads the whole file. Throws FileError if it is missing, not a regular file, unreadable, or
+// larger than max_bytes (default 16 GiB), so a wrong path cannot exhaust memory.
+std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes = 1ull << 34);
+
+// Replaces `path` atomically: `write` fills `path.tmp.<pid>` in the same directory, which is
+// then flushed, fsync'ed and renamed over `path`, and the directory is fsync'ed. On any failure
+// (the callback throws, a write fails, e.g. disk full) the temporary file is removed, `path` is
+// left as it was, and a FileError naming `path` is thrown (an exception from the callback is
+// passed on unchanged). The callback may ignore fwrite's result: stream errors are checked here.
+void write_file_atomic(const std::string& path, const std::function<void(std::FILE*)>& write);
+
+// Same, for bytes already in memory.
+void write_file_atomic(const std::string& path, const void* data, size_t size);
+
+// fwrite that throws FileError (naming `path`) on a short write. For use inside callbacks.
+void write_bytes(std::FILE* f, const void* data, size_t size, const std::string& path);
+
+}  // namespace attnkit
