@@ -20,6 +20,9 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 constexpr int64_t kShortRow = 16;
+#ifndef ATTNKIT_SOFTMAX_TRANSPOSED_MAX  // experiment knob: longest row for the transposed path
+#define ATTNKIT_SOFTMAX_TRANSPOSED_MAX kShortRow
+#endif
 
 // The forbidden keys of one row r of the [groups·tq] rows.
 struct RowMask {
@@ -27,8 +30,8 @@ struct RowMask {
   int64_t first_causal = 0;        // keys j >= first_causal are forbidden (tk if none)
   bool any = false;
 
-  RowMask(const SoftmaxMask& m, int64_t r, int64_t tq, int64_t tk) {
-    const int64_t g = r / tq, i = r % tq;
+  // Row i of group g.
+  RowMask(const SoftmaxMask& m, int64_t g, int64_t i, int64_t tq, int64_t tk) {
     if (m.data) flags = m.data + ((g / m.group_div) * tq + i) * tk;
     first_causal = m.causal ? std::min(i + 1, tk) : tk;
     any = flags != nullptr || first_causal < tk;
@@ -96,43 +99,101 @@ static void SoftmaxRow(const float* x, float* y, int64_t tk, float scale, const 
   if (tail) StoreTail(d, hn::Mul(LoadTail(d, y + j, tail), inv), y + j, tail);
 }
 
-// Rows [r0, r1) with tk <= kShortRow, Lanes(d) rows at a time: lane l holds row rb + l, and
-// t[j·N + l] its key j. A short last block repeats its last row in the spare lanes, so every
-// row is computed by exactly the same lane operations wherever the slice boundaries fall.
+// Blocks of Lanes(d) consecutive rows with tk <= kShortRow, in a transposed layout: lane l
+// holds row rb + l, t[j·N + l] its key j. A short last block repeats its last row in the spare
+// lanes, so every row goes through exactly the same lane operations wherever the slice
+// boundaries fall (and results do not depend on the slice count).
+class ShortRowBlocks {
+ public:
+  using D = hn::ScalableTag<float>;
+  using DI = hn::RebindToSigned<D>;
+  static constexpr size_t kMaxN = hn::MaxLanes(D());
+
+  ShortRowBlocks(int64_t tq, int64_t tk, const SoftmaxMask& mask)
+      : N_(static_cast<int64_t>(hn::Lanes(D()))), tq_(tq), tk_(tk), mask_(mask),
+        any_mask_(mask.data != nullptr || mask.causal) {
+    for (int64_t k = 0; k < tk * N_; ++k) {
+      transpose_back_[k] = static_cast<int32_t>((k % tk) * N_ + k / tk);
+    }
+  }
+  int64_t lanes() const { return N_; }
+  bool any_mask() const { return any_mask_; }
+  float* t() { return t_; }
+
+  // Prepares rows [rb, rb + count), count <= lanes().
+  void start(int64_t rb, int64_t count) {
+    const DI di;
+    rb_ = rb;
+    count_ = count;
+    for (int64_t l = 0; l < N_; ++l) row_offset_[l] = static_cast<int32_t>(std::min(l, count - 1) * tk_);
+    offsets_ = hn::Load(di, row_offset_);
+    if (!any_mask_) return;
+    // Rows rb, rb + 1, … are query i of group g, i + 1 of g, …: step without dividing.
+    int64_t g = rb / tq_, i = rb % tq_;
+    for (int64_t l = 0; l < count; ++l) {
+      forbidden_bits_[l] = static_cast<int32_t>(RowMask(mask_, g, i, tq_, tk_).bits(tk_));
+      if (++i == tq_) i = 0, ++g;
+    }
+    const int32_t last = forbidden_bits_[count - 1];
+    for (int64_t l = count; l < N_ && l < static_cast<int64_t>(kMaxN); ++l) forbidden_bits_[l] = last;
+    bits_ = hn::Load(di, forbidden_bits_);
+  }
+
+  // Key j of every row of the block, from a [rows, tk] array.
+  hn::Vec<D> column(const float* base, int64_t j) const {
+    return hn::GatherIndex(D(), base + rb_ * tk_ + j, offsets_);
+  }
+  // Lanes whose key j is forbidden (only when any_mask()).
+  hn::Mask<D> forbidden(int64_t j) const {
+    const DI di;
+    const auto bit = hn::And(bits_, hn::Set(di, int32_t{1} << j));
+    return hn::RebindMask(D(), hn::Ne(bit, hn::Zero(di)));
+  }
+  // out rows of the block := t (or += t), back in row-major order.
+  void store_rows(float* out, bool accumulate) const {
+    const D d;
+    const DI di;
+    float* ob = out + rb_ * tk_;
+    const int64_t total = count_ * tk_;
+    int64_t k = 0;
+    for (; k + N_ <= total; k += N_) {
+      auto v = hn::GatherIndex(d, t_, hn::Load(di, transpose_back_ + k));
+      if (accumulate) v = hn::Add(hn::LoadU(d, ob + k), v);
+      hn::StoreU(v, d, ob + k);
+    }
+    if (k < total) {
+      const size_t n = static_cast<size_t>(total - k);
+      auto v = hn::GatherIndex(d, t_, hn::Load(di, transpose_back_ + k));
+      if (accumulate) v = hn::Add(LoadTail(d, ob + k, n), v);
+      StoreTail(d, v, ob + k, n);
+    }
+  }
+
+ private:
+  HWY_ALIGN float t_[kShortRow * kMaxN];
+  HWY_ALIGN int32_t transpose_back_[kShortRow * kMaxN];  // row-major index k → t index
+  HWY_ALIGN int32_t row_offset_[kMaxN];
+  HWY_ALIGN int32_t forbidden_bits_[kMaxN] = {};
+  int64_t N_, tq_, tk_;
+  const SoftmaxMask& mask_;
+  bool any_mask_;
+  int64_t rb_ = 0, count_ = 0;
+  hn::Vec<DI> offsets_ = hn::Zero(DI()), bits_ = hn::Zero(DI());
+};
+
 static void SoftmaxShortRows(const float* x, float* y, int64_t r0, int64_t r1, int64_t tq,
                              int64_t tk, float scale, const SoftmaxMask& mask) {
   const hn::ScalableTag<float> d;
-  const hn::RebindToSigned<decltype(d)> di;
-  constexpr size_t kMaxN = hn::MaxLanes(d);
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  HWY_ALIGN float t[kShortRow * kMaxN];
-  HWY_ALIGN int32_t transpose_back[kShortRow * kMaxN];  // y index k of the block → t index
-  HWY_ALIGN int32_t row_offset[kMaxN];
-  HWY_ALIGN int32_t forbidden_bits[kMaxN];
-  for (int64_t k = 0; k < tk * N; ++k) {
-    transpose_back[k] = static_cast<int32_t>((k % tk) * N + k / tk);
-  }
-  const bool any_mask = mask.data != nullptr || mask.causal;
+  ShortRowBlocks blocks(tq, tk, mask);
+  const int64_t N = blocks.lanes();
+  float* t = blocks.t();
   const auto vscale = hn::Set(d, scale), vmasked = hn::Set(d, kMaskedScore);
-
   for (int64_t rb = r0; rb < r1; rb += N) {
-    const int64_t count = std::min(N, r1 - rb);
-    for (int64_t l = 0; l < N; ++l) {
-      const int64_t r = std::min(l, count - 1);
-      row_offset[l] = static_cast<int32_t>(r * tk);
-      forbidden_bits[l] = any_mask ? static_cast<int32_t>(RowMask(mask, rb + r, tq, tk).bits(tk)) : 0;
-    }
-    const auto offsets = hn::Load(di, row_offset);
-    const auto bits = hn::Load(di, forbidden_bits);
-    const float* xb = x + rb * tk;
-
+    blocks.start(rb, std::min(N, r1 - rb));
     auto vmax = hn::Set(d, -HUGE_VALF);
     for (int64_t j = 0; j < tk; ++j) {
-      auto z = hn::Mul(hn::GatherIndex(d, xb + j, offsets), vscale);
-      if (any_mask) {
-        const auto bit = hn::And(bits, hn::Set(di, int32_t{1} << j));
-        z = hn::IfThenElse(hn::RebindMask(d, hn::Ne(bit, hn::Zero(di))), vmasked, z);
-      }
+      auto z = hn::Mul(blocks.column(x, j), vscale);
+      if (blocks.any_mask()) z = hn::IfThenElse(blocks.forbidden(j), vmasked, z);
       hn::Store(z, d, t + j * N);
       vmax = hn::Max(vmax, z);
     }
@@ -144,17 +205,7 @@ static void SoftmaxShortRows(const float* x, float* y, int64_t r0, int64_t r1, i
     }
     const auto inv = hn::Div(hn::Set(d, 1.0f), vsum);
     for (int64_t j = 0; j < tk; ++j) hn::Store(hn::Mul(hn::Load(d, t + j * N), inv), d, t + j * N);
-
-    float* yb = y + rb * tk;
-    const int64_t total = count * tk;
-    int64_t k = 0;
-    for (; k + N <= total; k += N) {
-      hn::StoreU(hn::GatherIndex(d, t, hn::Load(di, transpose_back + k)), d, yb + k);
-    }
-    if (k < total) {
-      StoreTail(d, hn::GatherIndex(d, t, hn::Load(di, transpose_back + k)), yb + k,
-                static_cast<size_t>(total - k));
-    }
+    blocks.store_rows(y, false);
   }
 }
 
@@ -162,12 +213,14 @@ void SoftmaxForward(const float* x, float* y, int64_t groups, int64_t tq, int64_
                     float scale, const SoftmaxMask& mask, Slice s) {
   if (tk <= 0) return;
   const auto [r0, r1] = slice_range(groups * tq, s);
-  if (tk <= kShortRow) {
+  if (tk <= ATTNKIT_SOFTMAX_TRANSPOSED_MAX) {
     SoftmaxShortRows(x, y, r0, r1, tq, tk, scale, mask);
     return;
   }
+  int64_t g = r0 / tq, i = r0 % tq;  // row r = query i of group g
   for (int64_t r = r0; r < r1; ++r) {
-    SoftmaxRow(x + r * tk, y + r * tk, tk, scale, RowMask(mask, r, tq, tk));
+    SoftmaxRow(x + r * tk, y + r * tk, tk, scale, RowMask(mask, g, i, tq, tk));
+    if (++i == tq) i = 0, ++g;
   }
 }
 
@@ -206,14 +259,42 @@ static void SoftmaxBackwardRow(const float* y, const float* dy, float* dx, int64
   }
 }
 
+// SoftmaxBackwardRow for blocks of short rows (see ShortRowBlocks).
+static void SoftmaxBackwardShortRows(const float* y, const float* dy, float* dx, int64_t r0,
+                                     int64_t r1, int64_t tq, int64_t tk, float scale,
+                                     const SoftmaxMask& mask, bool accumulate) {
+  const hn::ScalableTag<float> d;
+  ShortRowBlocks blocks(tq, tk, mask);
+  const int64_t N = blocks.lanes();
+  float* t = blocks.t();
+  const auto vscale = hn::Set(d, scale);
+  for (int64_t rb = r0; rb < r1; rb += N) {
+    blocks.start(rb, std::min(N, r1 - rb));
+    auto vdot = hn::Zero(d);
+    for (int64_t j = 0; j < tk; ++j) vdot = hn::MulAdd(blocks.column(dy, j), blocks.column(y, j), vdot);
+    for (int64_t j = 0; j < tk; ++j) {
+      auto g = hn::Mul(hn::Mul(blocks.column(y, j), vscale), hn::Sub(blocks.column(dy, j), vdot));
+      if (blocks.any_mask()) g = hn::IfThenZeroElse(blocks.forbidden(j), g);
+      hn::Store(g, d, t + j * N);
+    }
+    blocks.store_rows(dx, accumulate);  // after every read of dy: dx may alias it
+  }
+}
+
 void SoftmaxBackward(const float* y, const float* dy, float* dx, int64_t groups, int64_t tq,
                      int64_t tk, float scale, const SoftmaxMask& mask, bool accumulate,
                      Slice s) {
   if (tk <= 0) return;
   const auto [r0, r1] = slice_range(groups * tq, s);
+  if (tk <= ATTNKIT_SOFTMAX_TRANSPOSED_MAX) {
+    SoftmaxBackwardShortRows(y, dy, dx, r0, r1, tq, tk, scale, mask, accumulate);
+    return;
+  }
+  int64_t g = r0 / tq, i = r0 % tq;  // row r = query i of group g
   for (int64_t r = r0; r < r1; ++r) {
-    SoftmaxBackwardRow(y + r * tk, dy + r * tk, dx + r * tk, tk, scale, RowMask(mask, r, tq, tk),
-                       accumulate);
+    SoftmaxBackwardRow(y + r * tk, dy + r * tk, dx + r * tk, tk, scale,
+                       RowMask(mask, g, i, tq, tk), accumulate);
+    if (++i == tq) i = 0, ++g;
   }
 }
 

@@ -1,0 +1,123 @@
+// Elementwise kernels, vector by vector (see ForEachVector in ops_simd-inl.h).
+#include <algorithm>
+#include <cstdint>
+
+#include "ops/elementwise.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/elementwise.cc"
+#include "hwy/foreach_target.h"  // before highway.h
+#include "hwy/highway.h"
+#include "ops/ops_simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnkit {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+
+void ReluForward(const float* x, float* y, int64_t n, Slice s) {
+  const DF d;
+  const auto [b, e] = slice_range(n, s);
+  ForEachVector(d, y, b, e, [&](int64_t j, size_t m) { return hn::Max(LoadUpTo(d, x + j, m), hn::Zero(d)); });
+}
+
+// In the forward pass y = max(x, 0): the gradient passes where y > 0.
+void ReluBackward(const float* y, const float* dy, float* dx, int64_t n, bool accumulate,
+                  Slice s) {
+  const DF d;
+  const auto [b, e] = slice_range(n, s);
+  ForEachVector(d, dx, b, e, [&](int64_t j, size_t m) {
+    const auto g = hn::IfThenElseZero(hn::Gt(LoadUpTo(d, y + j, m), hn::Zero(d)), LoadUpTo(d, dy + j, m));
+    return accumulate ? hn::Add(LoadUpTo(d, dx + j, m), g) : g;
+  });
+}
+
+void BiasAddForward(const float* x, const float* bias, float* y, int64_t rows, int64_t cols,
+                    Slice s) {
+  const DF d;
+  const auto [r0, r1] = slice_range(rows, s);
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    ForEachVector(d, yr, 0, cols,
+                  [&](int64_t j, size_t m) { return hn::Add(LoadUpTo(d, xr + j, m), LoadUpTo(d, bias + j, m)); });
+  }
+}
+
+// In the forward pass bias[c] was added to every row: its gradient is the column sum of dy.
+// Each column block is summed over rows 0, 1, 2, … in order, whatever the slice.
+void BiasBackward(const float* dy, float* dbias, int64_t rows, int64_t cols, Slice s) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  // Whole vectors per slice: only the last slice has a partial vector.
+  const auto [c0, c1] = slice_range_grain(cols, N, s);
+  ForEachVector(d, dbias, c0, c1, [&](int64_t j, size_t m) {
+    auto acc = LoadUpTo(d, dbias + j, m);
+    for (int64_t r = 0; r < rows; ++r) acc = hn::Add(acc, LoadUpTo(d, dy + r * cols + j, m));
+    return acc;
+  });
+}
+
+void AddForward(const float* a, const float* b, float* y, int64_t n, Slice s) {
+  const DF d;
+  const auto [b0, b1] = slice_range(n, s);
+  ForEachVector(d, y, b0, b1, [&](int64_t j, size_t m) { return hn::Add(LoadUpTo(d, a + j, m), LoadUpTo(d, b + j, m)); });
+}
+
+void Axpy(float alpha, const float* x, float* y, int64_t n, bool accumulate, Slice s) {
+  const DF d;
+  const auto valpha = hn::Set(d, alpha);
+  const auto [b, e] = slice_range(n, s);
+  ForEachVector(d, y, b, e, [&](int64_t j, size_t m) {
+    return accumulate ? hn::MulAdd(valpha, LoadUpTo(d, x + j, m), LoadUpTo(d, y + j, m))
+                      : hn::Mul(valpha, LoadUpTo(d, x + j, m));
+  });
+}
+
+void Fill(float* y, int64_t n, float value, Slice s) {
+  const DF d;
+  const auto v = hn::Set(d, value);
+  const auto [b, e] = slice_range(n, s);
+  ForEachVector(d, y, b, e, [&](int64_t, size_t) { return v; });
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace attnkit
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attnkit {
+HWY_EXPORT(ReluForward);
+HWY_EXPORT(ReluBackward);
+HWY_EXPORT(BiasAddForward);
+HWY_EXPORT(BiasBackward);
+HWY_EXPORT(AddForward);
+HWY_EXPORT(Axpy);
+HWY_EXPORT(Fill);
+
+void relu_forward(const float* x, float* y, int64_t n, Slice s) {
+  HWY_DYNAMIC_DISPATCH(ReluForward)(x, y, n, s);
+}
+void relu_backward(const float* y, const float* dy, float* dx, int64_t n, bool accumulate,
+                   Slice s) {
+  HWY_DYNAMIC_DISPATCH(ReluBackward)(y, dy, dx, n, accumulate, s);
+}
+void bias_add_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t cols,
+                      Slice s) {
+  HWY_DYNAMIC_DISPATCH(BiasAddForward)(x, bias, y, rows, cols, s);
+}
+void bias_backward(const float* dy, float* dbias, int64_t rows, int64_t cols, Slice s) {
+  HWY_DYNAMIC_DISPATCH(BiasBackward)(dy, dbias, rows, cols, s);
+}
+void add_forward(const float* a, const float* b, float* y, int64_t n, Slice s) {
+  HWY_DYNAMIC_DISPATCH(AddForward)(a, b, y, n, s);
+}
+void axpy(float alpha, const float* x, float* y, int64_t n, bool accumulate, Slice s) {
+  HWY_DYNAMIC_DISPATCH(Axpy)(alpha, x, y, n, accumulate, s);
+}
+void fill(float* y, int64_t n, float value, Slice s) {
+  HWY_DYNAMIC_DISPATCH(Fill)(y, n, value, s);
+}
+}  // namespace attnkit
+#endif

@@ -1,0 +1,133 @@
+// Layer normalization over the last axis, forward and backward.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "ops/layernorm.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/layernorm.cc"
+#include "hwy/foreach_target.h"  // before highway.h
+#include "hwy/highway.h"
+#include "ops/ops_simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnkit {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+
+// Σ_j f(j, n) over [0, d) in vectors (f returns zeros in lanes >= n), reduced to one float.
+template <class F>
+HWY_INLINE float SumVectors(int64_t len, const F& f) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  auto acc = hn::Zero(d);
+  int64_t j = 0;
+  for (; j + N <= len; j += N) acc = hn::Add(acc, f(j, static_cast<size_t>(N)));
+  if (j < len) acc = hn::Add(acc, f(j, static_cast<size_t>(len - j)));
+  return hn::GetLane(hn::SumOfLanes(d, acc));
+}
+
+// Mean first, then the variance around it (two passes: no cancellation for large means).
+void LayernormForward(const float* x, const float* gamma, const float* beta, float* y,
+                      float* mean, float* rstd, int64_t rows, int64_t dim, float eps, Slice s) {
+  const DF d;
+  const auto [r0, r1] = slice_range(rows, s);
+  const float inv_dim = 1.0f / static_cast<float>(dim);
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * dim;
+    const float mu = SumVectors(dim, [&](int64_t j, size_t n) { return LoadUpTo(d, xr + j, n); }) * inv_dim;
+    const auto vmu = hn::Set(d, mu);
+    const float var = SumVectors(dim, [&](int64_t j, size_t n) {
+      const auto c = hn::IfThenElseZero(hn::FirstN(d, n), hn::Sub(LoadUpTo(d, xr + j, n), vmu));
+      return hn::Mul(c, c);
+    }) * inv_dim;
+    const float rs = 1.0f / std::sqrt(var + eps);
+    mean[r] = mu;
+    rstd[r] = rs;
+    const auto vrs = hn::Set(d, rs);
+    ForEachVector(d, y + r * dim, 0, dim, [&](int64_t j, size_t n) {
+      const auto xhat = hn::Mul(hn::Sub(LoadUpTo(d, xr + j, n), vmu), vrs);
+      return hn::MulAdd(xhat, LoadUpTo(d, gamma + j, n), LoadUpTo(d, beta + j, n));
+    });
+  }
+}
+
+// In the forward pass y = x̂·gamma + beta with x̂ = (x − mean)·rstd; with g = dy·gamma,
+// dx = rstd·(g − mean(g) − x̂·mean(g·x̂)).
+void LayernormBackwardInput(const float* x, const float* gamma, const float* mean,
+                            const float* rstd, const float* dy, float* dx, int64_t rows,
+                            int64_t dim, bool accumulate, Slice s) {
+  const DF d;
+  const auto [r0, r1] = slice_range(rows, s);
+  const float inv_dim = 1.0f / static_cast<float>(dim);
+  for (int64_t r = r0; r < r1; ++r) {
+    const float *xr = x + r * dim, *dyr = dy + r * dim;
+    float* dxr = dx + r * dim;
+    const auto vmu = hn::Set(d, mean[r]), vrs = hn::Set(d, rstd[r]);
+    auto xhat = [&](int64_t j, size_t n) { return hn::Mul(hn::Sub(LoadUpTo(d, xr + j, n), vmu), vrs); };
+    auto g = [&](int64_t j, size_t n) { return hn::Mul(LoadUpTo(d, dyr + j, n), LoadUpTo(d, gamma + j, n)); };
+    const float g_mean = SumVectors(dim, g) * inv_dim;
+    const float gx_mean = SumVectors(dim, [&](int64_t j, size_t n) { return hn::Mul(g(j, n), xhat(j, n)); }) * inv_dim;
+    const auto vg_mean = hn::Set(d, g_mean), vgx_mean = hn::Set(d, gx_mean);
+    ForEachVector(d, dxr, 0, dim, [&](int64_t j, size_t n) {
+      const auto v = hn::Mul(vrs, hn::NegMulAdd(xhat(j, n), vgx_mean, hn::Sub(g(j, n), vg_mean)));
+      return accumulate ? hn::Add(LoadUpTo(d, dxr + j, n), v) : v;
+    });
+  }
+}
+
+// dgamma = Σ_rows dy·x̂, dbeta = Σ_rows dy, each column block summed over rows in order.
+void LayernormBackwardParams(const float* x, const float* mean, const float* rstd,
+                             const float* dy, float* dgamma, float* dbeta, int64_t rows,
+                             int64_t dim, Slice s) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto [c0, c1] = slice_range_grain(dim, N, s);
+  for (int64_t j = c0; j < c1; j += N) {
+    const size_t n = static_cast<size_t>(std::min<int64_t>(N, c1 - j));
+    auto acc_gamma = LoadUpTo(d, dgamma + j, n), acc_beta = LoadUpTo(d, dbeta + j, n);
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto vdy = LoadUpTo(d, dy + r * dim + j, n);
+      const auto xhat = hn::Mul(hn::Sub(LoadUpTo(d, x + r * dim + j, n), hn::Set(d, mean[r])),
+                                hn::Set(d, rstd[r]));
+      acc_gamma = hn::MulAdd(vdy, xhat, acc_gamma);
+      acc_beta = hn::Add(acc_beta, vdy);
+    }
+    if (n == static_cast<size_t>(N)) {
+      hn::StoreU(acc_gamma, d, dgamma + j);
+      hn::StoreU(acc_beta, d, dbeta + j);
+    } else {
+      StoreTail(d, acc_gamma, dgamma + j, n);
+      StoreTail(d, acc_beta, dbeta + j, n);
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace attnkit
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attnkit {
+HWY_EXPORT(LayernormForward);
+HWY_EXPORT(LayernormBackwardInput);
+HWY_EXPORT(LayernormBackwardParams);
+
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
+                       float* mean, float* rstd, int64_t rows, int64_t d, float eps, Slice s) {
+  HWY_DYNAMIC_DISPATCH(LayernormForward)(x, gamma, beta, y, mean, rstd, rows, d, eps, s);
+}
+void layernorm_backward_input(const float* x, const float* gamma, const float* mean,
+                              const float* rstd, const float* dy, float* dx, int64_t rows,
+                              int64_t d, bool accumulate, Slice s) {
+  HWY_DYNAMIC_DISPATCH(LayernormBackwardInput)(x, gamma, mean, rstd, dy, dx, rows, d, accumulate, s);
+}
+void layernorm_backward_params(const float* x, const float* mean, const float* rstd,
+                               const float* dy, float* dgamma, float* dbeta, int64_t rows,
+                               int64_t d, Slice s) {
+  HWY_DYNAMIC_DISPATCH(LayernormBackwardParams)(x, mean, rstd, dy, dgamma, dbeta, rows, d, s);
+}
+}  // namespace attnkit
+#endif
