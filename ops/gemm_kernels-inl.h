@@ -58,6 +58,7 @@ inline bool use_packed_path(int64_t m, int64_t n, int64_t k) {
 
 #include <algorithm>
 
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -102,6 +103,7 @@ HWY_INLINE void AccumulateTile(DF d, int64_t k, const float* HWY_RESTRICT a, int
                                const float* HWY_RESTRICT b1, int64_t ldb, VF (&acc)[kMR][2]) {
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = hn::Zero(d);
+#pragma GCC unroll 4
   for (int64_t kk = 0; kk < k; ++kk) {
     const VF bv0 = hn::LoadU(d, b0 + kk * ldb);
     const VF bv1 = NV == 2 ? hn::LoadU(d, b1 + kk * ldb) : bv0;
@@ -345,6 +347,12 @@ inline void GemmPacked(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
           const float* bpanel = bp + jr * kc;
           for (int64_t ir = 0; ir < mc; ir += kMR) {
             const int64_t rows = std::min(kMR, mc - ir);
+            // C rows of a tile are ldc apart; fetch them while the k-loop runs.
+            float* ct = g.c + (ic + ir) * g.ldc + jc + jr;
+            for (int64_t r = 0; r < rows; ++r) {
+              hwy::Prefetch(ct + r * g.ldc);
+              hwy::Prefetch(ct + r * g.ldc + nr - 1);
+            }
             AccumulateTile<6, 2>(d, kc, ap + ir * kc, 1, kMR, bpanel, bpanel + nr / 2, nr, acc);
             StoreTile(d, acc, rows, cols, g.alpha, g.beta, combine,
                       g.c + (ic + ir) * g.ldc + jc + jr, g.ldc);
