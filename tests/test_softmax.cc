@@ -207,7 +207,7 @@ TEST_CASE("softmax_backward matches central differences of the double reference"
       std::vector<float> acc(p.size(), 0.5f);
       attnkit::softmax_backward(y.data(), w.data(), acc.data(), p.groups(), p.tq, p.tk, p.scale,
                                 md.mask, true);
-      for (int64_t k = 0; k < p.size(); ++k) REQUIRE(acc[k] == 0.5f + dx[k]);
+      for (int64_t k = 0; k < p.size(); ++k) REQUIRE(acc[k] == Approx(0.5f + dx[k]).epsilon(1e-6).margin(1e-7));
       for (int count : kSliceCounts) {
         std::vector<float> ds(p.size(), std::numeric_limits<float>::quiet_NaN());
         run_sliced(count, [&](Slice s) {

@@ -1,0 +1,344 @@
+// Layernorm, embedding, cross-entropy and the elementwise kernels against double-precision
+// references (forward) and central differences of them (backward), on every SIMD target;
+// every sliced kernel must give the same bits for any slice count.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "hwy_targets.h"
+#include "ops/cross_entropy.h"
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/layernorm.h"
+
+namespace {
+
+using attnkit::Slice;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+const int kSliceCounts[] = {1, 2, 3, 8};
+
+std::vector<float> random_vector(size_t n, std::mt19937& rng, float lo = -2, float hi = 2) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Runs kernel(slice) for every slice of `count` on a copy of `init`, returns the result.
+std::vector<float> run_sliced(int count, std::vector<float> init,
+                              const std::function<void(float*, Slice)>& kernel) {
+  for (int i = 0; i < count; ++i) kernel(init.data(), Slice{i, count});
+  return init;
+}
+
+// Checks kernel(out, slice) gives identical bits for every slice count, starting from init.
+void require_slice_invariant(const std::vector<float>& init,
+                             const std::function<void(float*, Slice)>& kernel) {
+  const auto one = run_sliced(1, init, kernel);
+  for (int count : kSliceCounts) {
+    INFO("slices=" << count);
+    REQUIRE(same_bits(run_sliced(count, init, kernel), one));
+  }
+}
+
+// d f / d x[k] by central differences in double.
+double numeric_derivative(const std::function<double()>& f, double& xk) {
+  const double h = 1e-5 * std::max(1.0, std::abs(xk)), keep = xk;
+  xk = keep + h;
+  const double fp = f();
+  xk = keep - h;
+  const double fm = f();
+  xk = keep;
+  return (fp - fm) / (2 * h);
+}
+
+void require_close(double got, double want, double abs_tol, double rel_tol) {
+  REQUIRE(std::abs(got - want) <= abs_tol + rel_tol * std::abs(want));
+}
+
+const int64_t kWidths[] = {1, 3, 8, 10, 16, 17, 64, 1000};
+
+// ------------------------------------------------------------------ layernorm
+
+void reference_layernorm(const std::vector<double>& x, const std::vector<double>& gamma,
+                         const std::vector<double>& beta, int64_t rows, int64_t d, double eps,
+                         std::vector<double>& y, std::vector<double>& mean,
+                         std::vector<double>& rstd) {
+  y.resize(rows * d);
+  mean.resize(rows);
+  rstd.resize(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    double mu = 0, var = 0;
+    for (int64_t j = 0; j < d; ++j) mu += x[r * d + j];
+    mu /= d;
+    for (int64_t j = 0; j < d; ++j) var += (x[r * d + j] - mu) * (x[r * d + j] - mu);
+    var /= d;
+    mean[r] = mu;
+    rstd[r] = 1 / std::sqrt(var + eps);
+    for (int64_t j = 0; j < d; ++j) y[r * d + j] = (x[r * d + j] - mu) * rstd[r] * gamma[j] + beta[j];
+  }
+}
+
+}  // namespace
+
+TEST_CASE("layernorm forward and backward", "[layernorm]") {
+  attnkit::test::for_each_simd_target([](const std::string&) {
+    std::mt19937 rng(3);
+    const float eps = 1e-5f;
+    for (int64_t d : kWidths) {
+      const int64_t rows = d >= 64 ? 3 : 5;
+      INFO("d=" << d);
+      auto x = random_vector(rows * d, rng);
+      for (int64_t j = 0; j < d; ++j) x[j] += 50.0f;  // a large mean must not hurt
+      const auto gamma = random_vector(d, rng, 0.5f, 1.5f), beta = random_vector(d, rng);
+      const auto w = random_vector(rows * d, rng);
+      std::vector<float> y(rows * d, kNaN), mean(rows, kNaN), rstd(rows, kNaN);
+      attnkit::layernorm_forward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(),
+                                 rstd.data(), rows, d, eps);
+      auto xd = to_double(x), gd = to_double(gamma), bd = to_double(beta);
+      std::vector<double> yr, mr, sr;
+      reference_layernorm(xd, gd, bd, rows, d, eps, yr, mr, sr);
+      for (int64_t k = 0; k < rows * d; ++k) require_close(y[k], yr[k], 2e-5, 2e-5);
+      for (int64_t r = 0; r < rows; ++r) {
+        require_close(mean[r], mr[r], 1e-5, 1e-6);
+        require_close(rstd[r], sr[r], 0, 1e-4);
+      }
+
+      // f = Σ y·w; analytic gradients from dy = w.
+      std::vector<float> dx(rows * d, kNaN), dgamma(d, 0.25f), dbeta(d, -0.5f);
+      attnkit::layernorm_backward_input(x.data(), gamma.data(), mean.data(), rstd.data(), w.data(),
+                                        dx.data(), rows, d, false);
+      attnkit::layernorm_backward_params(x.data(), mean.data(), rstd.data(), w.data(),
+                                         dgamma.data(), dbeta.data(), rows, d);
+      auto f = [&]() {
+        reference_layernorm(xd, gd, bd, rows, d, eps, yr, mr, sr);
+        double s = 0;
+        for (int64_t k = 0; k < rows * d; ++k) s += yr[k] * w[k];
+        return s;
+      };
+      const int64_t step = d >= 64 ? 13 : 1;
+      for (int64_t k = 0; k < rows * d; k += step) {
+        INFO("dx k=" << k);
+        require_close(dx[k], numeric_derivative(f, xd[k]), 1e-3, 1e-3);
+      }
+      for (int64_t j = 0; j < d; j += step) {
+        INFO("dgamma/dbeta j=" << j);
+        require_close(dgamma[j] - 0.25f, numeric_derivative(f, gd[j]), 1e-4, 1e-4);
+        require_close(dbeta[j] + 0.5f, numeric_derivative(f, bd[j]), 1e-4, 1e-4);
+      }
+
+      require_slice_invariant(std::vector<float>(rows * d, kNaN), [&](float* out, Slice s) {
+        attnkit::layernorm_forward(x.data(), gamma.data(), beta.data(), out, mean.data(),
+                                   rstd.data(), rows, d, eps, s);
+      });
+      require_slice_invariant(std::vector<float>(rows * d, kNaN), [&](float* out, Slice s) {
+        attnkit::layernorm_backward_input(x.data(), gamma.data(), mean.data(), rstd.data(),
+                                          w.data(), out, rows, d, false, s);
+      });
+      std::vector<float> acc(rows * d, 1.0f);
+      attnkit::layernorm_backward_input(x.data(), gamma.data(), mean.data(), rstd.data(), w.data(),
+                                        acc.data(), rows, d, true);
+      for (int64_t k = 0; k < rows * d; ++k) require_close(acc[k], 1.0f + dx[k], 1e-6, 1e-6);
+      std::vector<float> params_init(2 * d, 0.125f);
+      require_slice_invariant(params_init, [&](float* out, Slice s) {
+        attnkit::layernorm_backward_params(x.data(), mean.data(), rstd.data(), w.data(), out,
+                                           out + d, rows, d, s);
+      });
+    }
+  });
+}
+
+TEST_CASE("embedding gather and scatter-add", "[embedding]") {
+  attnkit::test::for_each_simd_target([](const std::string&) {
+    std::mt19937 rng(4);
+    for (int64_t d : kWidths) {
+      const int64_t vocab = 11, n = 23;
+      INFO("d=" << d);
+      const auto table = random_vector(vocab * d, rng);
+      std::vector<int32_t> ids(n);
+      for (auto& id : ids) id = int32_t(rng() % vocab);
+      ids[0] = ids[5] = ids[9] = 3;  // repeated ids accumulate
+      std::vector<float> y(n * d, kNaN);
+      attnkit::embedding_forward(table.data(), ids.data(), y.data(), n, vocab, d);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < d; ++j) REQUIRE(y[i * d + j] == table[ids[i] * d + j]);
+      require_slice_invariant(std::vector<float>(n * d, kNaN), [&](float* out, Slice s) {
+        attnkit::embedding_forward(table.data(), ids.data(), out, n, vocab, d, s);
+      });
+
+      const auto w = random_vector(n * d, rng);  // f = Σ y·w
+      std::vector<float> dtable(vocab * d, 0.5f);
+      attnkit::embedding_backward(ids.data(), w.data(), dtable.data(), n, vocab, d);
+      auto td = to_double(table);
+      auto f = [&]() {
+        double s = 0;
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < d; ++j) s += td[ids[i] * d + j] * w[i * d + j];
+        return s;
+      };
+      const int64_t step = d >= 64 ? 7 : 1;
+      for (int64_t k = 0; k < vocab * d; k += step) {
+        INFO("k=" << k);
+        require_close(dtable[k] - 0.5f, numeric_derivative(f, td[k]), 1e-5, 1e-5);
+      }
+      require_slice_invariant(std::vector<float>(vocab * d, 0.5f), [&](float* out, Slice s) {
+        attnkit::embedding_backward(ids.data(), w.data(), out, n, vocab, d, s);
+      });
+    }
+  });
+}
+
+TEST_CASE("cross-entropy with ignored targets", "[cross_entropy]") {
+  attnkit::test::for_each_simd_target([](const std::string&) {
+    std::mt19937 rng(5);
+    for (int64_t classes : kWidths) {
+      const int64_t rows = 9;
+      INFO("classes=" << classes);
+      auto logits = random_vector(rows * classes, rng, -5, 5);
+      logits[0] = 80.0f;  // large logits must not overflow
+      std::vector<int32_t> targets(rows);
+      for (auto& t : targets) t = int32_t(rng() % classes);
+      targets[2] = attnkit::kIgnoreTarget;
+      targets[7] = -5;
+      std::vector<float> loss(rows, kNaN);
+      attnkit::cross_entropy_forward(logits.data(), targets.data(), loss.data(), rows, classes);
+      auto ld = to_double(logits);
+      auto row_loss = [&](int64_t r) {
+        if (targets[r] < 0) return 0.0;
+        double mx = -HUGE_VAL, s = 0;
+        for (int64_t j = 0; j < classes; ++j) mx = std::max(mx, ld[r * classes + j]);
+        for (int64_t j = 0; j < classes; ++j) s += std::exp(ld[r * classes + j] - mx);
+        return mx + std::log(s) - ld[r * classes + targets[r]];
+      };
+      for (int64_t r = 0; r < rows; ++r) require_close(loss[r], row_loss(r), 2e-6, 2e-6);
+      REQUIRE(loss[2] == 0.0f);
+      require_slice_invariant(std::vector<float>(rows, kNaN), [&](float* out, Slice s) {
+        attnkit::cross_entropy_forward(logits.data(), targets.data(), out, rows, classes, s);
+      });
+
+      const float scale = 1.0f / 7;  // dloss / counted rows
+      std::vector<float> dl(rows * classes, kNaN);
+      attnkit::cross_entropy_backward(logits.data(), targets.data(), dl.data(), rows, classes,
+                                      scale, false);
+      auto f = [&]() {
+        double s = 0;
+        for (int64_t r = 0; r < rows; ++r) s += row_loss(r);
+        return s * scale;
+      };
+      const int64_t step = classes >= 64 ? 11 : 1;
+      for (int64_t k = 0; k < rows * classes; k += step) {
+        INFO("k=" << k);
+        require_close(dl[k], numeric_derivative(f, ld[k]), 1e-5, 1e-4);
+      }
+      for (int64_t j = 0; j < classes; ++j) REQUIRE(dl[2 * classes + j] == 0.0f);
+      std::vector<float> acc(rows * classes, 2.0f);
+      attnkit::cross_entropy_backward(logits.data(), targets.data(), acc.data(), rows, classes,
+                                      scale, true);
+      for (int64_t k = 0; k < rows * classes; ++k) require_close(acc[k], 2.0f + dl[k], 1e-6, 1e-6);
+      require_slice_invariant(std::vector<float>(rows * classes, kNaN), [&](float* out, Slice s) {
+        attnkit::cross_entropy_backward(logits.data(), targets.data(), out, rows, classes, scale,
+                                        false, s);
+      });
+    }
+  });
+}
+
+TEST_CASE("elementwise kernels", "[elementwise]") {
+  attnkit::test::for_each_simd_target([](const std::string&) {
+    std::mt19937 rng(6);
+    for (int64_t cols : kWidths) {
+      const int64_t rows = 7, n = rows * cols;
+      INFO("cols=" << cols);
+      auto x = random_vector(n, rng);
+      for (auto& v : x)
+        if (std::abs(v) < 0.05f) v = 0.5f;  // finite differences stay away from the kink
+      const auto b = random_vector(n, rng), w = random_vector(n, rng), bias = random_vector(cols, rng);
+
+      // ReLU
+      std::vector<float> y(n, kNaN);
+      attnkit::relu_forward(x.data(), y.data(), n);
+      for (int64_t k = 0; k < n; ++k) REQUIRE(y[k] == std::max(x[k], 0.0f));
+      std::vector<float> dx(n, kNaN);
+      attnkit::relu_backward(y.data(), w.data(), dx.data(), n, false);
+      auto xd = to_double(x);
+      auto relu_f = [&]() {
+        double s = 0;
+        for (int64_t k = 0; k < n; ++k) s += std::max(xd[k], 0.0) * w[k];
+        return s;
+      };
+      for (int64_t k = 0; k < n; k += (cols >= 64 ? 9 : 1)) {
+        require_close(dx[k], numeric_derivative(relu_f, xd[k]), 1e-6, 1e-6);
+      }
+      std::vector<float> acc(n, 1.5f);
+      attnkit::relu_backward(y.data(), w.data(), acc.data(), n, true);
+      for (int64_t k = 0; k < n; ++k) REQUIRE(acc[k] == 1.5f + dx[k]);
+      std::vector<float> inplace = x;
+      attnkit::relu_forward(inplace.data(), inplace.data(), n);
+      REQUIRE(same_bits(inplace, y));
+      require_slice_invariant(std::vector<float>(n, kNaN), [&](float* out, Slice s) {
+        attnkit::relu_forward(x.data(), out, n, s);
+      });
+      require_slice_invariant(std::vector<float>(n, kNaN), [&](float* out, Slice s) {
+        attnkit::relu_backward(y.data(), w.data(), out, n, false, s);
+      });
+
+      // Bias add and its backward.
+      std::vector<float> yb(n, kNaN);
+      attnkit::bias_add_forward(x.data(), bias.data(), yb.data(), rows, cols);
+      for (int64_t k = 0; k < n; ++k) REQUIRE(yb[k] == x[k] + bias[k % cols]);
+      require_slice_invariant(std::vector<float>(n, kNaN), [&](float* out, Slice s) {
+        attnkit::bias_add_forward(x.data(), bias.data(), out, rows, cols, s);
+      });
+      std::vector<float> dbias(cols, 0.75f);
+      attnkit::bias_backward(w.data(), dbias.data(), rows, cols);
+      auto bd = to_double(bias);
+      auto bias_f = [&]() {
+        double s = 0;
+        for (int64_t k = 0; k < n; ++k) s += (x[k] + bd[k % cols]) * w[k];
+        return s;
+      };
+      for (int64_t c = 0; c < cols; ++c) {
+        require_close(dbias[c] - 0.75f, numeric_derivative(bias_f, bd[c]), 1e-5, 1e-5);
+      }
+      require_slice_invariant(std::vector<float>(cols, 0.75f), [&](float* out, Slice s) {
+        attnkit::bias_backward(w.data(), out, rows, cols, s);
+      });
+
+      // add, axpy, fill
+      std::vector<float> sum(n, kNaN);
+      attnkit::add_forward(x.data(), b.data(), sum.data(), n);
+      for (int64_t k = 0; k < n; ++k) REQUIRE(sum[k] == x[k] + b[k]);
+      require_slice_invariant(std::vector<float>(n, kNaN), [&](float* out, Slice s) {
+        attnkit::add_forward(x.data(), b.data(), out, n, s);
+      });
+      std::vector<float> ax(n, kNaN);
+      attnkit::axpy(-0.5f, x.data(), ax.data(), n, false);
+      for (int64_t k = 0; k < n; ++k) REQUIRE(ax[k] == -0.5f * x[k]);
+      std::vector<float> ay = b;
+      attnkit::axpy(0.3f, x.data(), ay.data(), n, true);
+      for (int64_t k = 0; k < n; ++k) require_close(ay[k], double(b[k]) + 0.3 * x[k], 1e-6, 1e-6);
+      require_slice_invariant(b, [&](float* out, Slice s) {
+        attnkit::axpy(0.3f, x.data(), out, n, true, s);
+      });
+      std::vector<float> filled(n + 1, kNaN);
+      attnkit::fill(filled.data(), n, 2.5f);
+      for (int64_t k = 0; k < n; ++k) REQUIRE(filled[k] == 2.5f);
+      REQUIRE(std::isnan(filled[n]));  // nothing past the end
+      require_slice_invariant(std::vector<float>(n, kNaN), [&](float* out, Slice s) {
+        attnkit::fill(out, n, 2.5f, s);
+      });
+    }
+  });
+}
