@@ -33,8 +33,8 @@ float* thread_scratch(int slot, size_t floats);
 // Blocking of the packed path. KC is fixed for every target and thread count: it decides
 // where the k-sum is split, so it must not depend on anything but the shape.
 inline constexpr int64_t kMR = 6;     // rows of the micro-tile
-inline constexpr int64_t kKC = 256;   // k-depth of packed panels: B micro-panel 16 KB in L1
-inline constexpr int64_t kMC = 144;   // rows of an A block: 144 KB in L2
+inline constexpr int64_t kKC = 384;   // k-depth of packed panels: B micro-panel 24 KB in L1
+inline constexpr int64_t kMC = 120;   // rows of an A block: 180 KB in L2
 inline constexpr int64_t kNC = 2048;  // columns of a B block: 2 MB in L3
 // Rows of A kept hot in the direct path while all column tiles pass over them.
 inline constexpr int64_t kDirectRows = 96;
