@@ -47,13 +47,14 @@ void BiasAddForward(const float* x, const float* bias, float* y, int64_t rows, i
 
 // In the forward pass bias[c] was added to every row: its gradient is the column sum of dy.
 // Each column block is summed over rows 0, 1, 2, … in order, whatever the slice.
-void BiasBackward(const float* dy, float* dbias, int64_t rows, int64_t cols, Slice s) {
+void BiasBackward(const float* dy, float* dbias, int64_t rows, int64_t cols, Slice s,
+                  bool accumulate) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   // Whole vectors per slice: only the last slice has a partial vector.
   const auto [c0, c1] = slice_range_grain(cols, N, s);
   ForEachVector(d, dbias, c0, c1, [&](int64_t j, size_t m) {
-    auto acc = LoadUpTo(d, dbias + j, m);
+    auto acc = accumulate ? LoadUpTo(d, dbias + j, m) : hn::Zero(d);
     for (int64_t r = 0; r < rows; ++r) acc = hn::Add(acc, LoadUpTo(d, dy + r * cols + j, m));
     return acc;
   });
@@ -107,8 +108,9 @@ void bias_add_forward(const float* x, const float* bias, float* y, int64_t rows,
                       Slice s) {
   HWY_DYNAMIC_DISPATCH(BiasAddForward)(x, bias, y, rows, cols, s);
 }
-void bias_backward(const float* dy, float* dbias, int64_t rows, int64_t cols, Slice s) {
-  HWY_DYNAMIC_DISPATCH(BiasBackward)(dy, dbias, rows, cols, s);
+void bias_backward(const float* dy, float* dbias, int64_t rows, int64_t cols, Slice s,
+                   bool accumulate) {
+  HWY_DYNAMIC_DISPATCH(BiasBackward)(dy, dbias, rows, cols, s, accumulate);
 }
 void add_forward(const float* a, const float* b, float* y, int64_t n, Slice s) {
   HWY_DYNAMIC_DISPATCH(AddForward)(a, b, y, n, s);

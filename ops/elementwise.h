@@ -17,9 +17,10 @@ void relu_backward(const float* y, const float* dy, float* dx, int64_t n, bool a
 // (A position embedding broadcast over the batch is a bias over cols = T·D.)
 void bias_add_forward(const float* x, const float* bias, float* y, int64_t rows, int64_t cols,
                       Slice s = {});
-// dbias[c] += Σ_r dy[r, c] (always accumulates). Slices split the columns, so sums run over
-// rows in the same order whatever the thread count.
-void bias_backward(const float* dy, float* dbias, int64_t rows, int64_t cols, Slice s = {});
+// dbias[c] += Σ_r dy[r, c] (dbias = … without reading it when accumulate is false). Slices
+// split the columns, so sums run over rows in the same order whatever the thread count.
+void bias_backward(const float* dy, float* dbias, int64_t rows, int64_t cols, Slice s = {},
+                   bool accumulate = true);
 
 // y = a + b. y may alias a or b.
 void add_forward(const float* a, const float* b, float* y, int64_t n, Slice s = {});

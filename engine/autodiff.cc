@@ -1,0 +1,101 @@
+// Reverse-mode autodiff: backward(loss) walks the forward nodes in reverse and appends each
+// op's backward nodes to the same graph. A tensor used several times gets its gradient
+// summed: the first contribution overwrites, later ones add (decided here, at build time).
+#include "engine/graph.h"
+#include "engine/op_table.h"
+
+namespace attnkit {
+
+TensorId Autodiff::grad(TensorId t) const {
+  return static_cast<size_t>(t) < grads_.size() ? grads_[static_cast<size_t>(t)] : kNoTensor;
+}
+
+bool Autodiff::needs_grad(TensorId t) const {
+  return t != kNoTensor && static_cast<size_t>(t) < needs_.size() && needs_[static_cast<size_t>(t)];
+}
+
+Autodiff::Target Autodiff::contribute(TensorId t) {
+  if (!needs_grad(t)) return {};
+  if (grads_.size() < g_.tensors().size()) grads_.resize(g_.tensors().size(), kNoTensor);
+  TensorId& slot = grads_[static_cast<size_t>(t)];
+  const TensorDesc d = g_.tensor(t);  // copy: new_tensor may reallocate
+  if (d.storage == Storage::kParam) {
+    // Parameter gradients live in the flat gradient block, zeroed before each backward.
+    if (slot == kNoTensor) {
+      slot = g_.new_tensor("grad(" + d.name + ")", DType::kF32, d.shape, false, Storage::kParamGrad);
+      TensorDesc& gd = g_.tensor(slot);
+      gd.offset = d.offset;
+      gd.param_index = d.param_index;
+      g_.tensor(t).grad = slot;
+    }
+    return {slot, true};
+  }
+  if (slot == kNoTensor) {
+    slot = g_.new_tensor("grad(" + d.name + ")", DType::kF32, d.shape, d.batched);
+    g_.tensor(t).grad = slot;
+    return {slot, false};
+  }
+  return {slot, true};
+}
+
+void Autodiff::pass_through(TensorId t, TensorId g) {
+  if (!needs_grad(t)) return;
+  if (grads_.size() < g_.tensors().size()) grads_.resize(g_.tensors().size(), kNoTensor);
+  const TensorDesc& d = g_.tensor(t);
+  if (grad(t) == kNoTensor && d.storage == Storage::kArena && d.shape == g_.tensor(g).shape &&
+      d.batched == g_.tensor(g).batched) {
+    grads_[static_cast<size_t>(t)] = g;  // the identity: share the gradient, no copy
+    g_.tensor(t).grad = g;
+    return;
+  }
+  const bool same = g_.tensor(t).shape == g_.tensor(g).shape;
+  Node n;
+  n.op = same ? OpKind::kAccumulate : OpKind::kBiasBackward;
+  n.in = {g};
+  n.backward = true;
+  set_out_accumulate(n, 0, contribute(t));
+  g_.add_node(std::move(n));
+}
+
+void Graph::backward(Tensor loss) {
+  if (has_backward()) throw ShapeError("backward: the graph already has its backward");
+  const TensorDesc& ld = tensor(loss.id());
+  if (ld.dtype != DType::kF32 || ld.shape.numel() != 1 || ld.batched)
+    throw ShapeError("backward: the loss must be a single float, got " + describe(loss.id()));
+  forward_nodes_ = nodes_.size();
+
+  Autodiff ad(*this);
+  // Which tensors depend on a parameter.
+  ad.needs().assign(tensors_.size(), false);
+  for (const TensorDesc& d : tensors_)
+    if (d.storage == Storage::kParam) ad.needs()[static_cast<size_t>(&d - tensors_.data())] = true;
+  for (const Node& n : nodes_) {
+    bool any = false;
+    for (TensorId t : n.in) any = any || ad.needs_grad(t);
+    if (any)
+      for (TensorId t : n.out)
+        if (t != kNoTensor) ad.needs()[static_cast<size_t>(t)] = true;
+  }
+  if (!ad.needs_grad(loss.id())) throw ShapeError("backward: the loss does not depend on any parameter");
+  ad.needs().resize(tensors_.size(), false);
+
+  // d loss / d loss = 1.
+  Node seed;
+  seed.op = OpKind::kOnes;
+  seed.backward = true;
+  set_out_accumulate(seed, 0, ad.contribute(loss.id()));
+  add_node(std::move(seed));
+
+  for (size_t i = forward_nodes_; i-- > 0;) {
+    const Node node = nodes_[i];  // copy: differentiate appends to nodes_
+    bool has_grad = false;
+    for (TensorId t : node.out) has_grad = has_grad || (t != kNoTensor && ad.grad(t) != kNoTensor);
+    if (!has_grad) continue;
+    const OpDef& def = op_def(node.op);
+    if (!def.differentiate)
+      throw ShapeError(std::string("backward: op ") + def.name + " has no gradient");
+    def.differentiate(ad, node);
+  }
+}
+
+}  // namespace attnkit

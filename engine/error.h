@@ -1,0 +1,28 @@
+// Errors the library reports to its caller. Messages name what was wrong (file, tensor,
+// shape, op); the command line prints them as one `error: …` line.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace attnkit {
+
+// Any error attnkit reports: bad input, a file that cannot be read or written, a shape that
+// does not fit. Library code throws this (or a subclass), never aborts on user input.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A shape or graph-construction error, found while the graph is built.
+class ShapeError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A file that is missing, unreadable, malformed or cannot be written.
+class FileError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace attnkit

@@ -1,0 +1,153 @@
+#include "engine/executor.h"
+
+#include <omp.h>
+
+#include <cstring>
+
+#include "engine/rng.h"
+
+namespace attnkit {
+
+Executor::Executor(const Graph& graph, ExecutorOptions options)
+    : graph_(graph), plan_(plan_memory(graph)), threads_(1), batch_(graph.max_batch()) {
+  set_threads(options.threads);
+  arena_.resize(plan_.arena_bytes);
+  params_.resize(graph.param_count() * 4);
+  grads_.resize(graph.param_count() * 4);
+  // Inputs: each its own 64-byte aligned slot in one block.
+  input_offsets_.assign(graph.tensors().size(), -1);
+  int64_t bytes = 0;
+  for (size_t t = 0; t < graph.tensors().size(); ++t) {
+    const TensorDesc& d = graph.tensors()[t];
+    if (d.storage != Storage::kInput) continue;
+    input_offsets_[t] = bytes;
+    bytes += (d.bytes() + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+  }
+  inputs_.resize(bytes);
+  consts_.resize(static_cast<int64_t>(graph.const_data().size()) * 4);
+  if (!graph.const_data().empty())
+    std::memcpy(consts_.data(), graph.const_data().data(), graph.const_data().size() * 4);
+  init_parameters(options.seed);
+}
+
+void Executor::set_batch(int64_t batch) {
+  if (batch < 1 || batch > graph_.max_batch())
+    throw Error("executor: batch " + std::to_string(batch) + " is outside [1, " +
+                std::to_string(graph_.max_batch()) + "] the graph was planned for");
+  batch_ = batch;
+}
+
+void Executor::set_threads(int threads) {
+  if (threads < 1) throw Error("executor: threads must be at least 1, got " + std::to_string(threads));
+  threads_ = threads;
+}
+
+void Executor::init_parameters(uint64_t seed) {
+  Rng rng(seed);
+  std::memset(params_.data(), 0, static_cast<size_t>(params_.size()));
+  for (const ParamInfo& p : graph_.params()) {
+    float* w = params_.f32() + p.offset;
+    for (int64_t i = 0; i < p.numel; ++i) {
+      switch (p.init) {
+        case Init::kZeros: w[i] = 0.0f; break;
+        case Init::kOnes: w[i] = 1.0f; break;
+        case Init::kNormal: w[i] = static_cast<float>(rng.normal() * p.init_std); break;
+      }
+    }
+  }
+}
+
+void* Executor::ptr(TensorId id) const {
+  const TensorDesc& d = graph_.tensor(id);
+  switch (d.storage) {
+    case Storage::kArena: return arena_.data() + plan_.offsets[static_cast<size_t>(id)];
+    case Storage::kParam: return params_.f32() + d.offset;
+    case Storage::kParamGrad: return grads_.f32() + d.offset;
+    case Storage::kInput: return inputs_.data() + input_offsets_[static_cast<size_t>(id)];
+    case Storage::kConst: return consts_.data() + d.offset;
+  }
+  return nullptr;
+}
+
+float* Executor::f32(TensorId id) const { return static_cast<float*>(ptr(id)); }
+int32_t* Executor::i32(TensorId id) const { return static_cast<int32_t*>(ptr(id)); }
+uint8_t* Executor::u8(TensorId id) const { return static_cast<uint8_t*>(ptr(id)); }
+
+Shape Executor::shape(TensorId id) const {
+  const TensorDesc& d = graph_.tensor(id);
+  Shape s = d.shape;
+  if (d.batched) s.dims[0] = batch_;
+  return s;
+}
+
+// Token ids and targets come from users and files: check them before any kernel reads them.
+void Executor::validate_inputs() const {
+  for (size_t i = 0; i < graph_.forward_nodes(); ++i) {
+    const Node& n = graph_.nodes()[i];
+    TensorId ids = kNoTensor;
+    int64_t lo = 0, hi = 0;
+    if (n.op == OpKind::kEmbedding) {
+      ids = n.in[1];
+      hi = graph_.tensor(n.in[0]).shape[0];
+    } else if (n.op == OpKind::kCrossEntropy) {
+      ids = n.in[1];
+      lo = -1;  // ignored positions
+      hi = graph_.tensor(n.in[0]).shape.last();
+    }
+    if (ids == kNoTensor || graph_.tensor(ids).storage != Storage::kInput) continue;
+    const int32_t* p = i32(ids);
+    const int64_t count = shape(ids).numel();
+    for (int64_t j = 0; j < count; ++j)
+      if (p[j] < lo || p[j] >= hi)
+        throw Error("input '" + graph_.tensor(ids).name + "': value " + std::to_string(p[j]) +
+                    " at flat index " + std::to_string(j) + " is outside [" + std::to_string(lo) +
+                    ", " + std::to_string(hi) + ")");
+  }
+}
+
+void Executor::forward() {
+  validate_inputs();
+  run_nodes(0, graph_.forward_nodes(), nullptr);
+}
+
+void Executor::train_step(Adam* optimizer) {
+  if (!graph_.has_backward()) throw Error("executor: train_step needs a graph with backward()");
+  if (optimizer && optimizer->size() != graph_.param_count())
+    throw Error("executor: the optimizer was made for " + std::to_string(optimizer->size()) +
+                " parameters, the graph has " + std::to_string(graph_.param_count()));
+  validate_inputs();
+  if (optimizer) optimizer->begin_step();
+  run_nodes(0, graph_.nodes().size(), optimizer);
+}
+
+void Executor::run_nodes(size_t begin, size_t end, Adam* optimizer) {
+  const auto& nodes = graph_.nodes();
+  const size_t backward_from = graph_.forward_nodes();
+  const bool zero_grads = end > backward_from;
+  auto body = [&](Slice s) {
+    if (zero_grads) {  // parameter gradients accumulate: start each backward from zero
+      auto [g0, g1] = slice_range(graph_.param_count(), s);
+      if (g1 > g0) std::memset(grads_.f32() + g0, 0, static_cast<size_t>(g1 - g0) * 4);
+    }
+    for (size_t i = begin; i < end; ++i) {
+      if (s.count > 1 && i > begin) {
+#pragma omp barrier
+      }
+      op_def(nodes[i].op).run(*this, nodes[i], s);
+    }
+    if (optimizer) {
+      if (s.count > 1) {
+#pragma omp barrier
+      }
+      optimizer->update(params_.f32(), grads_.f32(), s);
+    }
+  };
+  if (threads_ == 1) {
+    body(Slice{0, 1});
+    return;
+  }
+#pragma omp parallel num_threads(threads_)
+  body(Slice{omp_get_thread_num(), omp_get_num_threads()});
+}
+
+}  // namespace attnkit

@@ -1,0 +1,68 @@
+// Runs a planned graph: owns the arena and the flat parameter, gradient and input blocks,
+// and runs the nodes in one OpenMP parallel region per run, a barrier between nodes, each
+// kernel given its (thread, thread count) slice.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "arena.h"
+#include "graph.h"
+#include "op_table.h"
+#include "optimizer.h"
+#include "planner.h"
+
+namespace attnkit {
+
+struct ExecutorOptions {
+  int threads = 1;     // OpenMP threads per run
+  uint64_t seed = 0;   // parameter initialization
+};
+
+class Executor final : public RunContext {
+ public:
+  Executor(const Graph& graph, ExecutorOptions options = {});
+
+  // Batch of the next runs, 1 ≤ batch ≤ the graph's max_batch; no re-planning.
+  void set_batch(int64_t batch);
+  int64_t batch() const override { return batch_; }
+  void set_threads(int threads);
+  int threads() const { return threads_; }
+
+  // Runs the forward nodes only (evaluation, inference).
+  void forward();
+  // Runs forward and backward (parameter gradients are zeroed first), then, when given, the
+  // optimizer's update — all in one parallel region. Returns nothing: read the loss tensor.
+  void train_step(Adam* optimizer = nullptr);
+
+  // Data of a tensor. Inputs are written by the caller before a run; kept tensors and
+  // parameters are read after. Batched tensors hold `batch()` rows.
+  float* f32(TensorId id) const override;
+  int32_t* i32(TensorId id) const override;
+  uint8_t* u8(TensorId id) const override;
+  Shape shape(TensorId id) const override;
+  float* data(const Tensor& t) const { return f32(t.id()); }
+
+  // Flat blocks.
+  float* params() const { return params_.f32(); }
+  float* grads() const { return grads_.f32(); }
+  int64_t param_count() const { return graph_.param_count(); }
+  // Draws every parameter afresh from its Init with this seed.
+  void init_parameters(uint64_t seed);
+
+  const Graph& graph() const { return graph_; }
+  const MemoryPlan& plan() const { return plan_; }
+
+ private:
+  void validate_inputs() const;
+  void run_nodes(size_t begin, size_t end, Adam* optimizer);
+  void* ptr(TensorId id) const;
+
+  const Graph& graph_;
+  MemoryPlan plan_;
+  int threads_;
+  int64_t batch_;
+  AlignedBuffer arena_, params_, grads_, inputs_, consts_;
+  std::vector<int64_t> input_offsets_;
+};
+
+}  // namespace attnkit

@@ -1,0 +1,156 @@
+#include "engine/graph.h"
+
+#include <sstream>
+
+#include "engine/op_table.h"
+
+namespace attnkit {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kF32: return "float32";
+    case DType::kI32: return "int32";
+    case DType::kU8: return "uint8";
+  }
+  return "?";
+}
+
+Shape::Shape(std::initializer_list<int64_t> d) {
+  if (d.size() > kMaxRank) throw ShapeError("shapes have at most 4 dimensions");
+  for (int64_t v : d) dims[rank++] = v;
+}
+
+int64_t Shape::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= dims[i];
+  return n;
+}
+
+bool Shape::operator==(const Shape& o) const {
+  if (rank != o.rank) return false;
+  for (int i = 0; i < rank; ++i)
+    if (dims[i] != o.dims[i]) return false;
+  return true;
+}
+
+std::string Shape::str() const {
+  std::string s = "[";
+  for (int i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+const TensorDesc& Tensor::desc() const { return graph_->tensor(id_); }
+
+Tensor operator+(const Tensor& a, const Tensor& b) {
+  if (&a.graph() != &b.graph()) throw ShapeError("add: tensors belong to different graphs");
+  return a.graph().apply(OpKind::kAdd, {a.id(), b.id()})[0];
+}
+
+Graph::Graph(int64_t max_batch) : max_batch_(max_batch) {
+  if (max_batch < 1) throw ShapeError("graph: max_batch must be at least 1, got " + std::to_string(max_batch));
+}
+
+TensorId Graph::new_tensor(const std::string& name, DType dtype, Shape shape, bool batched,
+                           Storage storage) {
+  for (int i = 0; i < shape.rank; ++i)
+    if (shape.dims[i] < 1)
+      throw ShapeError("tensor '" + name + "': dimension " + std::to_string(i) + " of " +
+                       shape.str() + " must be positive");
+  TensorDesc d;
+  d.name = name;
+  d.dtype = dtype;
+  d.shape = shape;
+  d.batched = batched;
+  d.storage = storage;
+  tensors_.push_back(std::move(d));
+  return static_cast<TensorId>(tensors_.size() - 1);
+}
+
+TensorId Graph::find(const std::string& name) const {
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    if (tensors_[i].name == name) return static_cast<TensorId>(i);
+  return kNoTensor;
+}
+
+Tensor Graph::input(const std::string& name, Shape per_sample, DType dtype) {
+  if (has_backward()) throw ShapeError("graph: input '" + name + "' added after backward()");
+  if (find(name) != kNoTensor) throw ShapeError("graph: a tensor named '" + name + "' already exists");
+  if (per_sample.rank >= kMaxRank) throw ShapeError("input '" + name + "': at most 3 dims per sample");
+  Shape s;
+  s.rank = per_sample.rank + 1;
+  s.dims[0] = max_batch_;
+  for (int i = 0; i < per_sample.rank; ++i) s.dims[i + 1] = per_sample.dims[i];
+  return Tensor(this, new_tensor(name, dtype, s, /*batched=*/true, Storage::kInput));
+}
+
+Tensor Graph::arange(int64_t n) {
+  const std::string name = "arange(" + std::to_string(n) + ")";
+  if (TensorId id = find(name); id != kNoTensor) return Tensor(this, id);
+  TensorId id = new_tensor(name, DType::kI32, {n}, false, Storage::kConst);
+  tensors_[static_cast<size_t>(id)].offset = static_cast<int64_t>(const_data_.size()) * 4;
+  for (int64_t i = 0; i < n; ++i) const_data_.push_back(static_cast<int32_t>(i));
+  return Tensor(this, id);
+}
+
+Tensor Graph::parameter(const std::string& name, Shape shape, Init init, float init_std) {
+  if (has_backward()) throw ShapeError("graph: parameter '" + name + "' added after backward()");
+  if (find(name) != kNoTensor) throw ShapeError("graph: a tensor named '" + name + "' already exists");
+  TensorId id = new_tensor(name, DType::kF32, shape, false, Storage::kParam);
+  ParamInfo p;
+  p.name = name;
+  p.tensor = id;
+  p.init = init;
+  p.init_std = init_std;
+  p.offset = param_elements_;
+  p.numel = shape.numel();
+  // Each parameter starts on a 16-float boundary so kernels see aligned rows.
+  param_elements_ += (p.numel + 15) / 16 * 16;
+  tensors_[static_cast<size_t>(id)].offset = p.offset;
+  tensors_[static_cast<size_t>(id)].param_index = static_cast<int>(params_.size());
+  params_.push_back(p);
+  return Tensor(this, id);
+}
+
+std::vector<Tensor> Graph::apply(OpKind op, const std::vector<TensorId>& inputs,
+                                 const NodeAttrs& attrs) {
+  if (has_backward()) throw ShapeError(std::string(op_def(op).name) + ": graph already has its backward");
+  for (TensorId t : inputs)
+    if (t != kNoTensor && (t < 0 || static_cast<size_t>(t) >= tensors_.size()))
+      throw ShapeError(std::string(op_def(op).name) + ": input is not a tensor of this graph");
+  Node node;
+  node.op = op;
+  node.in = inputs;
+  node.attrs = attrs;
+  op_def(op).build(*this, node);
+  std::vector<Tensor> outs;
+  for (TensorId t : node.out) outs.emplace_back(this, t);
+  add_node(std::move(node));
+  forward_nodes_ = nodes_.size();
+  return outs;
+}
+
+size_t Graph::add_node(Node node) {
+  nodes_.push_back(std::move(node));
+  return nodes_.size() - 1;
+}
+
+void Graph::keep(Tensor t) { tensor(t.id()).keep = true; }
+
+std::string Graph::describe(TensorId id) const {
+  if (id == kNoTensor) return "(none)";
+  const TensorDesc& d = tensor(id);
+  return "'" + d.name + "' " + d.shape.str() + (d.dtype == DType::kF32 ? "" : std::string(" ") + dtype_name(d.dtype));
+}
+
+[[noreturn]] void shape_error(const Graph& g, const char* op, const std::string& what,
+                              const std::vector<TensorId>& tensors) {
+  std::string msg = std::string(op) + ": " + what;
+  if (!tensors.empty()) {
+    msg += " (";
+    for (size_t i = 0; i < tensors.size(); ++i) msg += (i ? ", " : "") + g.describe(tensors[i]);
+    msg += ")";
+  }
+  throw ShapeError(msg);
+}
+
+}  // namespace attnkit

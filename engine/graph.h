@@ -1,0 +1,129 @@
+// The static graph: built once (nothing runs while building), then planned and run many
+// times by an Executor. Backward nodes are appended to the same graph by backward().
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../ops/parallel.h"
+#include "error.h"
+#include "tensor.h"
+
+namespace attnkit {
+
+class Graph;
+
+// How a parameter starts; values are drawn at executor construction from its seed.
+enum class Init : uint8_t { kZeros, kOnes, kNormal };
+struct ParamInfo {
+  std::string name;
+  TensorId tensor = kNoTensor;
+  Init init = Init::kZeros;
+  float init_std = 0.0f;  // for kNormal: N(0, init_std²)
+  int64_t offset = 0;     // elements into the flat parameter (and gradient, moment) blocks
+  int64_t numel = 0;
+};
+
+// Per-op settings. Each op reads the fields it needs.
+struct NodeAttrs {
+  int64_t heads = 1;
+  float scale = 1.0f;
+  float eps = 1e-5f;
+  bool causal = false;
+};
+
+enum class OpKind : uint8_t {
+  kEmbedding, kLinear, kAdd, kRelu, kLayerNorm, kAttention, kCrossEntropy,
+  kEmbeddingBackward, kLinearBackward, kReluBackward, kLayerNormBackward, kAttentionBackward,
+  kCrossEntropyBackward, kAccumulate, kBiasBackward, kOnes,
+  kCount
+};
+
+struct Node {
+  OpKind op;
+  std::vector<TensorId> in;       // kNoTensor for an absent optional input
+  std::vector<TensorId> out;      // kNoTensor for an output nobody needs
+  std::vector<TensorId> scratch;  // arena space the node needs only while it runs
+  NodeAttrs attrs;
+  uint32_t accumulate = 0;        // bit i: out[i] is added to, not overwritten
+  bool backward = false;
+  bool accumulates(size_t i) const { return (accumulate >> i) & 1u; }
+};
+
+// A handle to a tensor of a graph, for writing models like the math: tok(ids) + pos(t).
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(Graph* g, TensorId id) : graph_(g), id_(id) {}
+  TensorId id() const { return id_; }
+  Graph& graph() const { return *graph_; }
+  const TensorDesc& desc() const;
+  const Shape& shape() const { return desc().shape; }
+  bool valid() const { return graph_ != nullptr && id_ != kNoTensor; }
+
+ private:
+  Graph* graph_ = nullptr;
+  TensorId id_ = kNoTensor;
+};
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+
+class Graph {
+ public:
+  // max_batch: the batch the graph is planned for; runs may use any batch up to it.
+  explicit Graph(int64_t max_batch);
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  int64_t max_batch() const { return max_batch_; }
+
+  // Inputs fed before each run. `per_sample` excludes the batch dim: input_ids("ids", {T})
+  // is [max_batch, T]. Token ids and targets are int32; masks are uint8 (non-zero = forbidden).
+  Tensor input(const std::string& name, Shape per_sample, DType dtype);
+  // An int32 constant 0, 1, …, n−1 (not batched), e.g. position ids.
+  Tensor arange(int64_t n);
+  // A parameter of the given shape, with its initialization.
+  Tensor parameter(const std::string& name, Shape shape, Init init, float init_std = 0.0f);
+
+  // Appends a node running `op` on `inputs`; checks shapes and creates its outputs.
+  std::vector<Tensor> apply(OpKind op, const std::vector<TensorId>& inputs,
+                            const NodeAttrs& attrs = {});
+
+  // Marks a tensor to stay readable after each run (outputs, attention maps).
+  void keep(Tensor t);
+
+  // Appends the backward of everything `loss` depends on (loss must be a 1-element
+  // float tensor). Parameters get gradients; call once.
+  void backward(Tensor loss);
+  bool has_backward() const { return forward_nodes_ != nodes_.size(); }
+  // Nodes [0, forward_nodes()) are the forward pass, the rest its backward.
+  size_t forward_nodes() const { return forward_nodes_; }
+
+  // Building blocks for ops and autodiff.
+  TensorId new_tensor(const std::string& name, DType dtype, Shape shape, bool batched,
+                      Storage storage = Storage::kArena);
+  size_t add_node(Node node);
+
+  const std::vector<TensorDesc>& tensors() const { return tensors_; }
+  TensorDesc& tensor(TensorId id) { return tensors_.at(static_cast<size_t>(id)); }
+  const TensorDesc& tensor(TensorId id) const { return tensors_.at(static_cast<size_t>(id)); }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const std::vector<ParamInfo>& params() const { return params_; }
+  int64_t param_count() const { return param_elements_; }
+  const std::vector<int32_t>& const_data() const { return const_data_; }
+  TensorId find(const std::string& name) const;  // kNoTensor when absent
+
+  // "tok(ids) [64, 10, 32]": a tensor named for error messages.
+  std::string describe(TensorId id) const;
+
+ private:
+  int64_t max_batch_;
+  std::vector<TensorDesc> tensors_;
+  std::vector<Node> nodes_;
+  std::vector<ParamInfo> params_;
+  std::vector<int32_t> const_data_;
+  int64_t param_elements_ = 0;
+  size_t forward_nodes_ = 0;
+};
+
+}  // namespace attnkit

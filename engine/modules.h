@@ -1,0 +1,94 @@
+// Modules with the course's behaviour, so a model reads like the lesson code:
+//   Tensor h = tok(ids) + pos(g.arange(T));
+//   Tensor logits = head(h + attn(h));
+// Calling a module records nodes in the graph; nothing runs until an Executor runs it.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "graph.h"
+
+namespace attnkit {
+
+// Initialization (see README "Initialization"): Linear weights ~ N(0, 1/fan_in), biases 0,
+// embeddings ~ N(0, 1), LayerNorm gamma 1 and beta 0.
+class Embedding {
+ public:
+  Embedding(Graph& g, const std::string& name, int64_t vocab, int64_t dim);
+  Tensor operator()(Tensor ids) const;
+  Tensor weight;  // [vocab, dim]
+};
+
+class Linear {
+ public:
+  Linear(Graph& g, const std::string& name, int64_t in, int64_t out, bool bias = true);
+  Tensor operator()(Tensor x) const;
+  Tensor weight;  // [in, out]: y = x·W + b
+  Tensor bias;    // [out], or invalid without bias
+};
+
+struct ReLU {
+  Tensor operator()(Tensor x) const;
+};
+
+class LayerNorm {
+ public:
+  LayerNorm(Graph& g, const std::string& name, int64_t dim, float eps = 1e-5f);
+  Tensor operator()(Tensor x) const;
+  Tensor gamma, beta;
+  float eps;
+};
+
+// Applies its layers in order: Sequential head{Linear(g, "head.0", 32, 128), ReLU(), …}.
+class Sequential {
+ public:
+  template <class... Layers>
+  explicit Sequential(Layers... layers) : layers_{std::function<Tensor(Tensor)>(layers)...} {}
+  Tensor operator()(Tensor x) const {
+    for (const auto& f : layers_) x = f(x);
+    return x;
+  }
+
+ private:
+  std::vector<std::function<Tensor(Tensor)>> layers_;
+};
+
+struct Attention {
+  Tensor out;      // [batch, Tq, Dv]
+  Tensor weights;  // [batch, heads, Tq, Tk], rows sum to 1
+};
+
+// softmax(Q·Kᵀ·scale, forbidden := −1e9)·V over `heads` column blocks of q, k, v
+// ([batch, tokens, dim]); scale defaults to 1/√(dim/heads). mask: optional uint8
+// [batch, Tq, Tk] input, non-zero = forbidden; causal forbids keys after the query.
+Attention scaled_dot_product_attention(Tensor q, Tensor k, Tensor v, Tensor mask = {},
+                                       bool causal = false, int64_t heads = 1, float scale = 0.0f);
+
+// Separate Q, K, V, O projections Linear(D, D) with bias, heads of D/H, scaled by √(D/H).
+class MultiHeadAttention {
+ public:
+  MultiHeadAttention(Graph& g, const std::string& name, int64_t d_model, int64_t heads,
+                     bool causal = false);
+  // Self-attention.
+  Tensor operator()(Tensor x, Tensor mask = {}) const { return (*this)(x, x, mask); }
+  // Cross-attention: queries from x_q, keys and values from x_kv.
+  Tensor operator()(Tensor x_q, Tensor x_kv, Tensor mask) const;
+  // The attention probabilities of the last call, [batch, heads, Tq, Tk]: kept readable after
+  // each run (like `model.attn.attn` in the lesson).
+  Tensor attn() const { return *last_weights_; }
+
+  Linear q, k, v, o;
+  int64_t heads;
+  bool causal;
+
+ private:
+  std::shared_ptr<Tensor> last_weights_ = std::make_shared<Tensor>();
+};
+
+// Mean cross-entropy of logits [..., C] against int32 targets [...] (targets < 0 ignored).
+Tensor cross_entropy(Tensor logits, Tensor targets);
+
+}  // namespace attnkit

@@ -1,0 +1,129 @@
+// Scaled dot-product attention over heads, fused: for each (batch, head) the scores
+// Q·Kᵀ go straight into the probabilities buffer, are softmaxed there (scale and mask
+// fused) and multiplied by V. Heads are column blocks of [B, T, H·dh] activations, so no
+// copies split or merge heads. The backward saves only the probabilities.
+#include "engine/op_table.h"
+#include "ops/gemm.h"
+#include "ops/softmax.h"
+
+namespace attnkit {
+namespace {
+
+// in: q [B, Tq, D], k [B, Tk, D], v [B, Tk, Dv], mask (optional uint8 [B, Tq, Tk]);
+// out: y [B, Tq, Dv], probs [B, H, Tq, Tk].
+void attention_build(Graph& g, Node& n) {
+  if (n.in.size() != 4) shape_error(g, "attention", "needs q, k, v and an optional mask", {});
+  const TensorDesc &q = g.tensor(n.in[0]), &k = g.tensor(n.in[1]), &v = g.tensor(n.in[2]);
+  const int64_t h = n.attrs.heads;
+  std::vector<TensorId> qkv = {n.in[0], n.in[1], n.in[2]};
+  if (q.shape.rank != 3 || k.shape.rank != 3 || v.shape.rank != 3)
+    shape_error(g, "attention", "q, k, v must be [batch, tokens, dim]", qkv);
+  if (q.dtype != DType::kF32 || k.dtype != DType::kF32 || v.dtype != DType::kF32)
+    shape_error(g, "attention", "q, k, v must be float", qkv);
+  if (q.shape[0] != k.shape[0] || k.shape[0] != v.shape[0] || q.batched != k.batched || k.batched != v.batched)
+    shape_error(g, "attention", "q, k, v must have the same batch", qkv);
+  if (q.shape[2] != k.shape[2]) shape_error(g, "attention", "q and k must have the same dim", qkv);
+  if (k.shape[1] != v.shape[1]) shape_error(g, "attention", "k and v must have the same number of tokens", qkv);
+  if (h < 1 || q.shape[2] % h != 0 || v.shape[2] % h != 0)
+    shape_error(g, "attention", std::to_string(h) + " heads do not divide the dims", qkv);
+  const int64_t b = q.shape[0], tq = q.shape[1], tk = k.shape[1];
+  if (n.in[3] != kNoTensor) {
+    const TensorDesc& m = g.tensor(n.in[3]);
+    if (m.dtype != DType::kU8 || m.shape != Shape{b, tq, tk} || m.batched != q.batched)
+      shape_error(g, "attention", "the mask must be uint8 [batch, " + std::to_string(tq) + ", " +
+                  std::to_string(tk) + "] (non-zero = forbidden)", {n.in[0], n.in[3]});
+  }
+  n.out = {g.new_tensor("attention(" + q.name + ")", DType::kF32, {b, tq, v.shape[2]}, q.batched),
+           g.new_tensor("attention(" + q.name + ").probs", DType::kF32, {b, h, tq, tk}, q.batched)};
+}
+
+struct Dims {
+  int64_t b, h, tq, tk, d, dv, dh, dvh;
+};
+
+Dims dims_of(const RunContext& c, const Node& n) {
+  const Shape qs = c.shape(n.in[0]), ks = c.shape(n.in[1]), vs = c.shape(n.in[2]);
+  const int64_t h = n.attrs.heads;
+  return {qs[0], h, qs[1], ks[1], qs[2], vs[2], qs[2] / h, vs[2] / h};
+}
+
+// The mask is input 3 of the forward node and input 5 of the backward node.
+SoftmaxMask mask_for(const RunContext& c, const Node& n, TensorId mask_id, const Dims& m, int64_t b) {
+  SoftmaxMask mask;
+  mask.causal = n.attrs.causal;
+  if (mask_id != kNoTensor) mask.data = c.u8(mask_id) + b * m.tq * m.tk;
+  return mask;
+}
+
+void attention_run(const RunContext& c, const Node& n, Slice s) {
+  const Dims m = dims_of(c, n);
+  const float *q = c.f32(n.in[0]), *k = c.f32(n.in[1]), *v = c.f32(n.in[2]);
+  float *y = c.f32(n.out[0]), *probs = c.f32(n.out[1]);
+  auto [p0, p1] = slice_range(m.b * m.h, s);
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t b = p / m.h, h = p % m.h;
+    float* sc = probs + p * m.tq * m.tk;
+    sgemm_slice(false, true, m.tq, m.tk, m.dh, 1.0f, q + b * m.tq * m.d + h * m.dh, m.d,
+                k + b * m.tk * m.d + h * m.dh, m.d, 0.0f, sc, m.tk, Slice{});
+    softmax_forward(sc, sc, 1, m.tq, m.tk, n.attrs.scale, mask_for(c, n, n.in[3], m, b));
+    sgemm_slice(false, false, m.tq, m.dvh, m.tk, 1.0f, sc, m.tk, v + b * m.tk * m.dv + h * m.dvh,
+                m.dv, 0.0f, y + b * m.tq * m.dv + h * m.dvh, m.dv, Slice{});
+  }
+}
+
+// Backward node: in (q, k, v, probs, dy, mask); out (dq, dk, dv); scratch dP [B, H, Tq, Tk].
+void attention_differentiate(Autodiff& ad, const Node& n) {
+  Node b;
+  b.op = OpKind::kAttentionBackward;
+  b.in = {n.in[0], n.in[1], n.in[2], n.out[1], ad.grad(n.out[0]), n.in[3]};
+  b.attrs = n.attrs;
+  b.backward = true;
+  set_out_accumulate(b, 0, ad.contribute(n.in[0]));
+  set_out_accumulate(b, 1, ad.contribute(n.in[1]));
+  set_out_accumulate(b, 2, ad.contribute(n.in[2]));
+  const TensorDesc& probs = ad.graph().tensor(n.out[1]);
+  b.scratch = {ad.graph().new_tensor(probs.name + ".grad", DType::kF32, probs.shape, probs.batched)};
+  ad.graph().add_node(std::move(b));
+}
+
+void attention_backward_run(const RunContext& c, const Node& n, Slice s) {
+  const Dims m = dims_of(c, n);
+  const float *q = c.f32(n.in[0]), *k = c.f32(n.in[1]), *v = c.f32(n.in[2]);
+  const float *probs = c.f32(n.in[3]), *dy = c.f32(n.in[4]);
+  float* dprobs = c.f32(n.scratch[0]);
+  float* dq = n.out[0] != kNoTensor ? c.f32(n.out[0]) : nullptr;
+  float* dk = n.out[1] != kNoTensor ? c.f32(n.out[1]) : nullptr;
+  float* dv = n.out[2] != kNoTensor ? c.f32(n.out[2]) : nullptr;
+  auto [p0, p1] = slice_range(m.b * m.h, s);
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t b = p / m.h, h = p % m.h;
+    const float* P = probs + p * m.tq * m.tk;
+    float* dS = dprobs + p * m.tq * m.tk;
+    const float* dy_p = dy + b * m.tq * m.dv + h * m.dvh;
+    const float* v_p = v + b * m.tk * m.dv + h * m.dvh;
+    const float* q_p = q + b * m.tq * m.d + h * m.dh;
+    const float* k_p = k + b * m.tk * m.d + h * m.dh;
+    // In the forward pass y = P·V: dP = dy·Vᵀ and dV = Pᵀ·dy.
+    sgemm_slice(false, true, m.tq, m.tk, m.dvh, 1.0f, dy_p, m.dv, v_p, m.dv, 0.0f, dS, m.tk, Slice{});
+    if (dv)
+      sgemm_slice(true, false, m.tk, m.dvh, m.tq, 1.0f, P, m.tk, dy_p, m.dv, n.accumulates(2) ? 1.0f : 0.0f,
+                  dv + b * m.tk * m.dv + h * m.dvh, m.dv, Slice{});
+    // P = softmax(scale·Q·Kᵀ): dS = d(Q·Kᵀ) (scale folded in), then dQ = dS·K, dK = dSᵀ·Q.
+    softmax_backward(P, dS, dS, 1, m.tq, m.tk, n.attrs.scale, mask_for(c, n, n.in[5], m, b), false);
+    if (dq)
+      sgemm_slice(false, false, m.tq, m.dh, m.tk, 1.0f, dS, m.tk, k_p, m.d, n.accumulates(0) ? 1.0f : 0.0f,
+                  dq + b * m.tq * m.d + h * m.dh, m.d, Slice{});
+    if (dk)
+      sgemm_slice(true, false, m.tk, m.dh, m.tq, 1.0f, dS, m.tk, q_p, m.d, n.accumulates(1) ? 1.0f : 0.0f,
+                  dk + b * m.tk * m.d + h * m.dh, m.d, Slice{});
+  }
+}
+
+void no_build(Graph&, Node&) {}
+
+}  // namespace
+
+extern const OpDef kAttentionOp = {"attention", attention_build, attention_run, attention_differentiate, false};
+extern const OpDef kAttentionBackwardOp = {"attention_backward", no_build, attention_backward_run, nullptr, false};
+
+}  // namespace attnkit

@@ -1,0 +1,69 @@
+// Cross-entropy of logits [..., C] against int targets [...], averaged over the counted
+// positions (targets < 0 do not count).
+#include "engine/op_table.h"
+#include "ops/cross_entropy.h"
+
+namespace attnkit {
+namespace {
+
+void ce_build(Graph& g, Node& n) {
+  if (n.in.size() != 2) shape_error(g, "cross_entropy", "needs logits and targets", {});
+  const TensorDesc& logits = g.tensor(n.in[0]);
+  const TensorDesc& targets = g.tensor(n.in[1]);
+  bool ok = logits.dtype == DType::kF32 && targets.dtype == DType::kI32 &&
+            targets.shape.rank + 1 == logits.shape.rank && targets.batched == logits.batched;
+  for (int i = 0; ok && i < targets.shape.rank; ++i) ok = targets.shape[i] == logits.shape[i];
+  if (!ok) shape_error(g, "cross_entropy", "targets must be int32 with the logits' shape minus the class dim", n.in);
+  n.out = {g.new_tensor("cross_entropy(" + logits.name + ")", DType::kF32, {1}, false)};
+  n.scratch = {g.new_tensor("cross_entropy.rows", DType::kF32, targets.shape, targets.batched)};
+}
+
+int64_t counted(const int32_t* t, int64_t rows) {
+  int64_t k = 0;
+  for (int64_t r = 0; r < rows; ++r) k += t[r] >= 0;
+  return k;
+}
+
+void ce_run(const RunContext& c, const Node& n, Slice s) {
+  // The loss is a sum over all rows: one thread does it, in order, so it is deterministic.
+  // It is a small part of a step (rows × classes exps).
+  if (s.index != 0) return;
+  const Shape ls = c.shape(n.in[0]);
+  const int64_t rows = ls.rows(), classes = ls.last();
+  const int32_t* t = c.i32(n.in[1]);
+  float* row_loss = c.f32(n.scratch[0]);
+  cross_entropy_forward(c.f32(n.in[0]), t, row_loss, rows, classes);
+  double sum = 0.0;
+  for (int64_t r = 0; r < rows; ++r) sum += row_loss[r];
+  const int64_t k = counted(t, rows);
+  c.f32(n.out[0])[0] = k ? static_cast<float>(sum / static_cast<double>(k)) : 0.0f;
+}
+
+// Backward node: in (logits, targets, dloss); out dlogits.
+void ce_differentiate(Autodiff& ad, const Node& n) {
+  Node b;
+  b.op = OpKind::kCrossEntropyBackward;
+  b.in = {n.in[0], n.in[1], ad.grad(n.out[0])};
+  b.backward = true;
+  set_out_accumulate(b, 0, ad.contribute(n.in[0]));
+  if (b.out[0] != kNoTensor) ad.graph().add_node(std::move(b));
+}
+
+void ce_backward_run(const RunContext& c, const Node& n, Slice s) {
+  const Shape ls = c.shape(n.in[0]);
+  const int64_t rows = ls.rows(), classes = ls.last();
+  const int32_t* t = c.i32(n.in[1]);
+  const int64_t k = counted(t, rows);
+  const float scale = k ? c.f32(n.in[2])[0] / static_cast<float>(k) : 0.0f;
+  cross_entropy_backward(c.f32(n.in[0]), t, c.f32(n.out[0]), rows, classes, scale,
+                         n.accumulates(0), s);
+}
+
+void no_build(Graph&, Node&) {}
+
+}  // namespace
+
+extern const OpDef kCrossEntropyOp = {"cross_entropy", ce_build, ce_run, ce_differentiate, false};
+extern const OpDef kCrossEntropyBackwardOp = {"cross_entropy_backward", no_build, ce_backward_run, nullptr, false};
+
+}  // namespace attnkit

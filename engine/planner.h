@@ -1,0 +1,33 @@
+// The memory planner: every intermediate of a graph (forward and backward) gets an offset in
+// one arena, by liveness over the execution order. Buffers are placed largest first, each at
+// the lowest offset that overlaps no buffer alive at the same time (TensorFlow Lite Micro's
+// greedy planner); an op may write in place over an input whose last use it is.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "graph.h"
+
+namespace attnkit {
+
+constexpr int64_t kArenaAlignment = 64;
+
+struct MemoryPlan {
+  int64_t arena_bytes = 0;        // size of the arena
+  int64_t lower_bound_bytes = 0;  // peak of bytes alive at once: no plan can be smaller
+  // Per tensor id: byte offset in the arena, -1 for tensors not in the arena.
+  std::vector<int64_t> offsets;
+  // Per tensor id: [first, last] node index during which it must keep its bytes (-1 if not
+  // in the arena). Tensors sharing a buffer in place share one interval.
+  std::vector<int64_t> first_use, last_use;
+  std::vector<int> buffer;        // per tensor id: its buffer (shared by in-place pairs), -1 if none
+  int64_t in_place_count = 0;     // buffers reused in place
+};
+
+MemoryPlan plan_memory(const Graph& g);
+
+// Throws if two arena tensors alive at the same node overlap in memory (excluding in-place
+// pairs, which share a buffer by design). Used by tests.
+void check_plan(const Graph& g, const MemoryPlan& plan);
+
+}  // namespace attnkit
