@@ -153,6 +153,13 @@ TEST_CASE("np.savez and np.savez_compressed archives read back exactly", "[npz]"
   }
 }
 
+TEST_CASE("zip64 size, offset and end records are read", "[npz]") {
+  auto z = read_npz(fixture("ok_zip64.npz"));
+  REQUIRE(z.size() == 1);
+  CHECK(z["x"].shape == std::vector<int64_t>{3, 4});
+  CHECK(to_float32(z["x"], "x")[11] == 3.5f);
+}
+
 TEST_CASE(".npy versions 1.0, 2.0 and 3.0, 1-d Fortran order and trailing bytes", "[npy]") {
   for (const char* name : {"ok_f32.npy", "ok_f32_v2.npy", "ok_f32_v3.npy", "ok_trailing_bytes.npy"}) {
     INFO(name);
@@ -307,7 +314,7 @@ TEST_CASE("missing files are a FileError naming the path", "[malformed]") {
 // Every prefix and every single-byte corruption of valid files either parses or throws a
 // FileError: no crash, no other exception, no huge allocation (run under the sanitize preset).
 TEST_CASE("truncated and corrupted .npy/.npz images only ever throw FileError", "[malformed]") {
-  for (const char* name : {"ok_f32.npy", "ok_savez.npz", "ok_savez_compressed.npz"}) {
+  for (const char* name : {"ok_f32.npy", "ok_savez.npz", "ok_savez_compressed.npz", "ok_zip64.npz"}) {
     INFO(name);
     const std::vector<uint8_t> good = file_bytes(fixture(name));
     const bool zip = std::string(name).find(".npz") != std::string::npos;

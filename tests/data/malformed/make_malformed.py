@@ -75,6 +75,25 @@ write("npy_shape_too_big.npy", npy_with_header(
     "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000, 1000000), }", b"\0" * 16))
 write("npy_truncated.npy", good[:-5])
 
+# zip64 records everywhere they can be (as zipfile writes archives over 4 GiB): sizes and offset
+# in the central directory's zip64 extra field, zip64 end of central directory and locator.
+def zip64_npz(name, data):
+    n, crc, FF = name.encode(), zlib.crc32(data), 0xFFFFFFFF
+    local = struct.pack("<IHHHHHIIIHH", 0x04034b50, 45, 0, 0, 0, 0x21, crc, FF, FF, len(n), 20)
+    local += n + struct.pack("<HHQQ", 1, 16, len(data), len(data))
+    cd = struct.pack("<IHHHHHHIIIHHHHHII", 0x02014b50, 0x032D, 45, 0, 0, 0, 0x21, crc, FF, FF,
+                     len(n), 28, 0, 0, 0, 0o644 << 16, FF)
+    cd += n + struct.pack("<HHQQQ", 1, 24, len(data), len(data), 0)
+    cd_offset = len(local) + len(data)
+    end64 = struct.pack("<IQHHIIQQQQ", 0x06064b50, 44, 45, 45, 0, 0, 1, 1, len(cd), cd_offset)
+    locator = struct.pack("<IIQI", 0x07064b50, 0, cd_offset + len(cd), 1)
+    end = struct.pack("<IHHHHIIH", 0x06054b50, 0, 0, 0xFFFF, 0xFFFF, FF, FF, 0)
+    return local + data + cd + end64 + locator + end
+
+
+write("ok_zip64.npz", zip64_npz("x.npy", npy_bytes(f32)))
+assert np.array_equal(np.load("ok_zip64.npz")["x"], f32)  # numpy agrees it is well formed
+
 # ---- malformed .npz (all made from stored/deflated archives of x = f32, y = i64) ----
 def savez(compressed=False, **kw):
     buf = io.BytesIO()
