@@ -1,0 +1,162 @@
+// Training steps per second of the lesson models (forward + backward + Adam, one
+// Executor::train_step) at each lesson's batch size, 1 and 2 threads.
+//
+//   bench_train_step [--batch=N] [--models=neighbor-sum,duplicates,reversal]
+//                    [--threads=1,2] [Google Benchmark flags, e.g. --benchmark_min_time=0.5]
+//
+// --batch overrides every model's lesson batch (64 / 64 / 32). Token batches (with the
+// task's true targets) are generated before timing; a few distinct batches are cycled.
+// Reports items_per_second = steps/s and the counter "steps/s".
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../engine/executor.h"
+#include "../engine/optimizer.h"
+#include "../models/lessons.h"
+
+namespace {
+
+using namespace attnkit;
+
+int64_t lesson_batch(const std::string& task) { return task == "reversal" ? 32 : 64; }
+float lesson_lr(const std::string& task) { return task == "neighbor-sum" ? 0.01f : 0.003f; }
+
+// The task's true targets for a token row (random targets would time the same).
+void targets_for(const ModelConfig& c, const int32_t* x, int32_t* y) {
+  const int64_t T = c.seq_len;
+  for (int64_t i = 0; i < T; ++i) {
+    if (c.task == "neighbor-sum") {
+      y[i] = (x[(i + T - 1) % T] + x[(i + 1) % T]) % 10;
+    } else if (c.task == "duplicates") {
+      int32_t dup = 0;
+      for (int64_t j = 0; j < T; ++j) dup |= (j != i && x[j] == x[i]);
+      y[i] = dup;
+    } else if (c.task == "reversal") {
+      y[i] = x[T - 1 - i];
+    } else {
+      y[i] = static_cast<int32_t>(x[i] % c.classes);
+    }
+  }
+}
+
+constexpr int kDistinctBatches = 4;
+
+void BM_TrainStep(benchmark::State& state, std::string task, int threads, int64_t batch) {
+  const ModelConfig c = lesson_config(task);
+  Model m = build_model(c, batch);
+  Executor ex(*m.graph, {threads, 1});
+  Adam adam(ex.param_count(), {lesson_lr(task)});
+  ex.set_batch(batch);
+
+  std::mt19937 rng(12345);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab - 1));
+  const size_t n = static_cast<size_t>(batch * c.seq_len);
+  std::vector<std::vector<int32_t>> ids(kDistinctBatches, std::vector<int32_t>(n));
+  std::vector<std::vector<int32_t>> tgt(kDistinctBatches, std::vector<int32_t>(n));
+  for (int b = 0; b < kDistinctBatches; ++b) {
+    for (auto& x : ids[b]) x = tok(rng);
+    for (int64_t r = 0; r < batch; ++r)
+      targets_for(c, ids[b].data() + r * c.seq_len, tgt[b].data() + r * c.seq_len);
+  }
+  int32_t* in_ids = ex.i32(m.ids.id());
+  int32_t* in_tgt = ex.i32(m.targets.id());
+
+  for (int i = 0; i < 3; ++i) {  // warm-up: thread pool, first touch
+    std::memcpy(in_ids, ids[i % kDistinctBatches].data(), n * 4);
+    std::memcpy(in_tgt, tgt[i % kDistinctBatches].data(), n * 4);
+    ex.train_step(&adam);
+  }
+  int b = 0;
+  for (auto _ : state) {
+    // Copying the inputs in is part of a real step (a few hundred bytes).
+    std::memcpy(in_ids, ids[b].data(), n * 4);
+    std::memcpy(in_tgt, tgt[b].data(), n * 4);
+    ex.train_step(&adam);
+    benchmark::DoNotOptimize(ex.f32(m.loss.id())[0]);
+    b = (b + 1) % kDistinctBatches;
+  }
+  const float loss = ex.f32(m.loss.id())[0];
+  state.SetItemsProcessed(state.iterations());
+  state.counters["steps/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["batch"] = static_cast<double>(batch);
+  state.counters["threads"] = threads;
+  state.counters["loss"] = loss;
+  std::ostringstream label;
+  label << task << " batch " << batch << " threads " << threads;
+  state.SetLabel(label.str());
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// Takes our own flags out of argv (Google Benchmark rejects unknown ones).
+bool take_flag(int& argc, char** argv, int i, const char* name, std::string* value) {
+  const size_t len = std::strlen(name);
+  if (std::strncmp(argv[i], name, len) != 0 || argv[i][len] != '=') return false;
+  *value = argv[i] + len + 1;
+  for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+  --argc;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t batch_override = 0;
+  std::vector<std::string> models = {"neighbor-sum", "duplicates", "reversal"};
+  std::vector<int> thread_counts = {1, 2};
+  for (int i = 1; i < argc;) {
+    std::string v;
+    if (take_flag(argc, argv, i, "--batch", &v)) {
+      batch_override = std::atoll(v.c_str());
+      if (batch_override <= 0) {
+        std::fprintf(stderr, "bench_train_step: --batch must be a positive integer\n");
+        return 2;
+      }
+    } else if (take_flag(argc, argv, i, "--models", &v)) {
+      models = split(v);
+    } else if (take_flag(argc, argv, i, "--threads", &v)) {
+      thread_counts.clear();
+      for (const auto& t : split(v)) thread_counts.push_back(std::atoi(t.c_str()));
+    } else {
+      ++i;
+    }
+  }
+  for (const auto& task : models) {
+    try {
+      (void)lesson_config(task);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "bench_train_step: %s\n", e.what());
+      return 2;
+    }
+    const int64_t batch = batch_override > 0 ? batch_override : lesson_batch(task);
+    for (int threads : thread_counts) {
+      const std::string name = "BM_TrainStep/" + task + "/threads:" + std::to_string(threads) +
+                               "/batch:" + std::to_string(batch);
+      benchmark::RegisterBenchmark(name.c_str(), BM_TrainStep, task, threads, batch)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,270 @@
+#!/usr/bin/python3
+"""Training steps/s of the lesson models: PyTorch against attnkit, side by side.
+
+    /usr/bin/python3 bench/compare_pytorch.py [--threads 1 2] [--models neighbor-sum ...]
+        [--seconds 3] [--windows 5] [--batch N] [--attnkit-bench PATH]
+
+PyTorch: the same architectures as models/lessons.cc (tok[+pos] Embedding D=32, multi-head
+attention with separate q, k, v, o Linear(D, D)+bias, out = head(h + attn(h))), Adam with the
+lesson's lr, cross-entropy averaged over all positions, random token batches (with the task's
+targets) pre-generated and cycled. Steps/s = median over --windows timed windows after
+warm-up; --seconds is the total timed time per (model, threads) measurement.
+
+Each thread count runs in its own child process whose environment pins the thread pools
+before torch is imported: OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = n, OMP_WAIT_POLICY=PASSIVE;
+the child also calls torch.set_num_threads(n) and openblas_set_num_threads(n) (ctypes, on the
+libopenblas torch loaded) and checks both took effect.
+
+attnkit: runs the built bench_train_step with --benchmark_format=json, repetitions =
+--windows, min_time = seconds / windows, and takes the median steps/s.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+LESSONS = {
+    # task: vocab, classes, T, D, heads, positions, head kind, hidden, batch, lr
+    "neighbor-sum": dict(vocab=10, classes=10, T=10, D=32, heads=2, pos=True, head="mlp",
+                         hidden=128, batch=64, lr=0.01),
+    "duplicates": dict(vocab=12, classes=2, T=10, D=32, heads=1, pos=False, head="mlp",
+                       hidden=64, batch=64, lr=0.003),
+    "reversal": dict(vocab=10, classes=10, T=8, D=32, heads=1, pos=True, head="ln",
+                     hidden=0, batch=32, lr=0.003),
+}
+
+
+def die(msg):
+    print("compare_pytorch: " + msg, file=sys.stderr)
+    sys.exit(2)
+
+
+# ----------------------------------------------------------------------------- PyTorch side
+
+def torch_worker(args):
+    """Runs in a child with the thread environment set; prints one JSON line of results."""
+    try:
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+    except ImportError as e:
+        die("PyTorch is not importable by %s (%s); install python3-torch" % (sys.executable, e))
+    import ctypes
+    import numpy as np
+
+    n = args.worker_threads
+    torch.set_num_threads(n)
+    blas = None
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if "openblas" in line.lower() and ".so" in line:
+                blas = line.split()[-1]
+                break
+    blas_threads = None
+    if blas:
+        lib = ctypes.CDLL(blas)
+        for prefix in ("", "scipy_"):
+            setter = getattr(lib, prefix + "openblas_set_num_threads", None)
+            getter = getattr(lib, prefix + "openblas_get_num_threads", None)
+            if setter is not None:
+                setter(ctypes.c_int(n))
+                blas_threads = getter() if getter is not None else None
+                break
+    if torch.get_num_threads() != n:
+        die("torch.get_num_threads() = %d, wanted %d" % (torch.get_num_threads(), n))
+    if blas_threads is not None and blas_threads != n:
+        die("openblas_get_num_threads() = %d, wanted %d" % (blas_threads, n))
+
+    class MHA(nn.Module):
+        def __init__(self, D, H):
+            super().__init__()
+            self.H = H
+            self.q, self.k, self.v, self.o = (nn.Linear(D, D) for _ in range(4))
+
+        def forward(self, x):
+            B, T, D = x.shape
+            H, dh = self.H, D // self.H
+            q = self.q(x).view(B, T, H, dh).transpose(1, 2)
+            k = self.k(x).view(B, T, H, dh).transpose(1, 2)
+            v = self.v(x).view(B, T, H, dh).transpose(1, 2)
+            w = torch.softmax(q @ k.transpose(-2, -1) / (dh ** 0.5), dim=-1)
+            return self.o((w @ v).transpose(1, 2).reshape(B, T, D))
+
+    class Lesson(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.tok = nn.Embedding(c["vocab"], c["D"])
+            self.pos = nn.Embedding(c["T"], c["D"]) if c["pos"] else None
+            self.attn = MHA(c["D"], c["heads"])
+            if c["head"] == "mlp":
+                self.head = nn.Sequential(nn.Linear(c["D"], c["hidden"]), nn.ReLU(),
+                                          nn.Linear(c["hidden"], c["classes"]))
+            else:
+                self.head = nn.Sequential(nn.LayerNorm(c["D"]), nn.Linear(c["D"], c["classes"]))
+            self.register_buffer("arange", torch.arange(c["T"]))
+
+        def forward(self, ids):
+            h = self.tok(ids)
+            if self.pos is not None:
+                h = h + self.pos(self.arange)
+            return self.head(h + self.attn(h))
+
+    def targets(task, x):
+        if task == "neighbor-sum":
+            return (np.roll(x, 1, axis=1) + np.roll(x, -1, axis=1)) % 10
+        if task == "duplicates":
+            eq = x[:, :, None] == x[:, None, :]
+            return (eq.sum(-1) > 1).astype(np.int64)
+        return x[:, ::-1].copy()
+
+    results = {}
+    rng = np.random.default_rng(12345)
+    torch.manual_seed(0)
+    for task in args.models:
+        c = LESSONS[task]
+        batch = args.batch or c["batch"]
+        model = Lesson(c)
+        opt = torch.optim.Adam(model.parameters(), lr=c["lr"])
+        data = []
+        for _ in range(4):
+            x = rng.integers(0, c["vocab"], size=(batch, c["T"]))
+            data.append((torch.from_numpy(x.astype(np.int64)),
+                         torch.from_numpy(targets(task, x).astype(np.int64))))
+        state = {"i": 0}
+
+        def step():
+            x, y = data[state["i"] % len(data)]
+            state["i"] += 1
+            opt.zero_grad(set_to_none=True)
+            logits = model(x)
+            loss = F.cross_entropy(logits.reshape(-1, c["classes"]), y.reshape(-1))
+            loss.backward()
+            opt.step()
+            return loss
+
+        t_end = time.perf_counter() + max(0.3, 0.2 * args.seconds)  # warm-up
+        while time.perf_counter() < t_end:
+            step()
+        window = args.seconds / args.windows
+        rates = []
+        for _ in range(args.windows):
+            steps = 0
+            t0 = time.perf_counter()
+            while True:
+                step()
+                steps += 1
+                dt = time.perf_counter() - t0
+                if dt >= window:
+                    break
+            rates.append(steps / dt)
+        results[task] = dict(median=statistics.median(rates), windows=rates,
+                             loss=float(step().item()), batch=batch)
+    print(json.dumps(dict(threads=n, torch_threads=torch.get_num_threads(),
+                          openblas=blas, openblas_threads=blas_threads,
+                          torch_version=torch.__version__, results=results)))
+
+
+def run_torch(args, threads):
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
+               MKL_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker-threads", str(threads),
+           "--models", *args.models, "--seconds", str(args.seconds),
+           "--windows", str(args.windows)]
+    if args.batch:
+        cmd += ["--batch", str(args.batch)]
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        sys.exit(p.returncode)
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+# ----------------------------------------------------------------------------- attnkit side
+
+def find_bench(path):
+    candidates = [path] if path else [
+        os.path.join(ROOT, "build/release/bench/bench_train_step"),
+        os.path.join(ROOT, "build-bench/bench/bench_train_step"),
+    ]
+    for c in candidates:
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    die("attnkit benchmark binary not found (looked at: %s). Build it with\n"
+        "  cmake -S %s -B %s/build-bench -DCMAKE_BUILD_TYPE=Release && "
+        "cmake --build %s/build-bench --target bench_train_step -j2\n"
+        "or pass --attnkit-bench PATH" % (", ".join(candidates), ROOT, ROOT, ROOT))
+
+
+def run_attnkit(args, binary, threads):
+    cmd = [binary, "--models=" + ",".join(args.models), "--threads=%d" % threads,
+           "--benchmark_format=json", "--benchmark_repetitions=%d" % args.windows,
+           "--benchmark_min_time=%g" % (args.seconds / args.windows),
+           "--benchmark_report_aggregates_only=true"]
+    if args.batch:
+        cmd.append("--batch=%d" % args.batch)
+    env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)
+    if p.returncode != 0:
+        die("%s failed with exit code %d" % (binary, p.returncode))
+    out = {}
+    for b in json.loads(p.stdout)["benchmarks"]:
+        if b.get("aggregate_name") != "median":
+            continue
+        task = b["run_name"].split("/")[1]
+        out[task] = b.get("steps/s", b.get("items_per_second"))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--models", nargs="+", default=list(LESSONS), choices=list(LESSONS))
+    ap.add_argument("--seconds", type=float, default=3.0,
+                    help="timed seconds per (model, threads) measurement, split in windows")
+    ap.add_argument("--windows", type=int, default=5, help="timed windows; the median is kept")
+    ap.add_argument("--batch", type=int, default=0, help="override the lessons' batch sizes")
+    ap.add_argument("--attnkit-bench", default=None, help="path of bench_train_step")
+    ap.add_argument("--worker-threads", type=int, default=0, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker_threads:
+        torch_worker(args)
+        return
+
+    try:
+        import torch  # noqa: F401  (only checked here; measured in children)
+    except ImportError as e:
+        die("PyTorch is not importable by %s (%s); install python3-torch "
+            "or run with /usr/bin/python3" % (sys.executable, e))
+    binary = find_bench(args.attnkit_bench)
+
+    rows = []
+    info = None
+    for n in args.threads:
+        t = run_torch(args, n)
+        info = t
+        a = run_attnkit(args, binary, n)
+        for task in args.models:
+            pt = t["results"][task]["median"]
+            ak = a.get(task)
+            rows.append((task, n, t["results"][task]["batch"], pt, ak))
+
+    print("PyTorch %s (openblas %s), attnkit %s" % (info["torch_version"], info["openblas"],
+                                                     binary))
+    print("median of %d windows, %.3g s per measurement" % (args.windows, args.seconds))
+    hdr = "%-13s %7s %5s %14s %14s %8s" % ("model", "threads", "batch", "PyTorch steps/s",
+                                          "attnkit steps/s", "ratio")
+    print(hdr)
+    print("-" * len(hdr))
+    for task, n, batch, pt, ak in rows:
+        ratio = "%.1fx" % (ak / pt) if ak else "n/a"
+        print("%-13s %7d %5d %15.1f %15.1f %8s" % (task, n, batch, pt, ak or float("nan"), ratio))
+
+
+if __name__ == "__main__":
+    main()
