@@ -14,8 +14,10 @@
 
 // Counts every C++ heap allocation in this test program.
 static std::atomic<long> g_allocations{0};
+static std::atomic<bool> g_abort_on_allocation{false};  // debugging aid: set to find the caller
 void* operator new(size_t n) {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (g_abort_on_allocation.load(std::memory_order_relaxed)) std::abort();
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
@@ -151,13 +153,16 @@ TEST_CASE("a steady-state training step makes no heap allocation") {
     load(ex, m, ids, targets);
     for (int i = 0; i < 3; ++i) ex.train_step(&adam);  // warm-up: thread pools, scratch
     const long before = g_allocations.load();
+    g_abort_on_allocation = std::getenv("ATTNKIT_ABORT_ON_ALLOCATION") != nullptr;
     for (int i = 0; i < 25; ++i) {
       ex.set_batch(i % 5 == 4 ? 40 : 64);  // partial batches too
       ex.train_step(&adam);
       ex.forward();
     }
+    g_abort_on_allocation = false;
+    const long allocations = g_allocations.load() - before;  // before INFO, which allocates
     INFO(threads << " threads");
-    REQUIRE(g_allocations.load() - before == 0);
+    REQUIRE(allocations == 0);
   }
 }
 
