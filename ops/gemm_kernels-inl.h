@@ -247,11 +247,17 @@ inline void GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
     // (zero-padded in front) so the ragged-tile loads stay inside it.
     const int64_t width = std::max(j1 - j0, lanes), pad = width - (j1 - j0);
     float* panel = gemm_detail::thread_scratch(1, static_cast<size_t>(g.k * width));
-    for (int64_t kk = 0; kk < g.k; ++kk) {
-      float* row = panel + kk * width;
-      for (int64_t j = 0; j < pad; ++j) row[j] = 0.0f;
-      for (int64_t j = j0; j < j1; ++j)
-        row[pad + j - j0] = g.trans_b ? g.b[j * g.ldb + kk] : g.b[kk * g.ldb + j];
+    for (int64_t kk = 0; kk < g.k; ++kk)
+      for (int64_t j = 0; j < pad; ++j) panel[kk * width + j] = 0.0f;
+    if (g.trans_b) {  // read rows of B contiguously; the scattered writes stay in L1
+      for (int64_t j = j0; j < j1; ++j) {
+        const float* src = g.b + j * g.ldb;
+        float* dst = panel + pad + (j - j0);
+        for (int64_t kk = 0; kk < g.k; ++kk) dst[kk * width] = src[kk];
+      }
+    } else {
+      for (int64_t kk = 0; kk < g.k; ++kk)
+        for (int64_t j = j0; j < j1; ++j) panel[kk * width + pad + j - j0] = g.b[kk * g.ldb + j];
     }
     b = panel + pad;
     ldb = width;
