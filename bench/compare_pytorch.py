@@ -245,19 +245,21 @@ def main():
 
     rows = []
     info = None
+    # One model at a time, PyTorch then attnkit back to back, so that both see about the
+    # same load on a shared machine.
     for n in args.threads:
-        t = run_torch(args, n)
-        info = t
-        a = run_attnkit(args, binary, n)
         for task in args.models:
-            pt = t["results"][task]["median"]
-            ak = a.get(task)
-            rows.append((task, n, t["results"][task]["batch"], pt, ak))
+            one = argparse.Namespace(**dict(vars(args), models=[task]))
+            t = run_torch(one, n)
+            info = t
+            a = run_attnkit(one, binary, n)
+            rows.append((task, n, t["results"][task]["batch"], t["results"][task]["median"],
+                         a.get(task)))
 
     print("PyTorch %s (openblas %s), attnkit %s" % (info["torch_version"], info["openblas"],
                                                      binary))
     print("median of %d windows, %.3g s per measurement" % (args.windows, args.seconds))
-    hdr = "%-13s %7s %5s %14s %14s %8s" % ("model", "threads", "batch", "PyTorch steps/s",
+    hdr = "%-13s %7s %5s %15s %15s %8s" % ("model", "threads", "batch", "PyTorch steps/s",
                                           "attnkit steps/s", "ratio")
     print(hdr)
     print("-" * len(hdr))
