@@ -2,6 +2,7 @@
 //   #include <attnkit/attnkit.h>
 #pragma once
 
+// Kernels on raw pointers.
 #include "ops/adam.h"
 #include "ops/cross_entropy.h"
 #include "ops/elementwise.h"
@@ -10,3 +11,18 @@
 #include "ops/layernorm.h"
 #include "ops/parallel.h"
 #include "ops/softmax.h"
+
+// The engine: graph, modules, executor, optimizer, files.
+#include "engine/checkpoint.h"
+#include "engine/error.h"
+#include "engine/executor.h"
+#include "engine/graph.h"
+#include "engine/modules.h"
+#include "engine/npy.h"
+#include "engine/optimizer.h"
+#include "engine/planner.h"
+#include "engine/rng.h"
+#include "engine/safetensors.h"
+
+// The lesson models.
+#include "models/lessons.h"
