@@ -1,4 +1,5 @@
-# Driven by CTest (see tests/CMakeLists.txt): install, then build and run the consumer twice.
+# Driven by CTest (see tests/CMakeLists.txt): install, then build examples/ against the
+# installed tree twice (CMake package and pkg-config) and run the programs.
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 function(run)
@@ -13,7 +14,7 @@ run(${CMAKE_COMMAND} --install ${ATTNKIT_BUILD_DIR} --prefix ${prefix} --config 
 run(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${WORK_DIR}/cmake_build
     -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/cmake_build)
-run(${WORK_DIR}/cmake_build/consumer)
+run(${WORK_DIR}/cmake_build/train_neighbor_sum)
 
 # 2. pkg-config: c++ main.cc $(pkg-config --cflags --libs attnkit)
 file(GLOB_RECURSE pc_file ${prefix}/attnkit.pc)
@@ -25,5 +26,5 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "pkg-config cannot find attnkit in ${pc_dir}")
 endif()
 separate_arguments(flags UNIX_COMMAND "${flags}")
-run(c++ -std=c++17 -O2 ${CONSUMER_SOURCE_DIR}/main.cc -o ${WORK_DIR}/consumer_pc ${flags})
+run(c++ -std=c++17 -O2 ${CONSUMER_SOURCE_DIR}/train_neighbor_sum.cc -o ${WORK_DIR}/consumer_pc ${flags})
 run(${WORK_DIR}/consumer_pc)
