@@ -18,7 +18,7 @@ Autodiff::Target Autodiff::contribute(TensorId t) {
   if (!needs_grad(t)) return {};
   if (grads_.size() < g_.tensors().size()) grads_.resize(g_.tensors().size(), kNoTensor);
   TensorId& slot = grads_[static_cast<size_t>(t)];
-  const TensorDesc d = g_.tensor(t);  // copy: new_tensor may reallocate
+  const TensorDesc& d = g_.tensor(t);
   if (d.storage == Storage::kParam) {
     // Parameter gradients live in the flat gradient block, zeroed before each backward.
     if (slot == kNoTensor) {
@@ -67,8 +67,8 @@ void Graph::backward(Tensor loss) {
   Autodiff ad(*this);
   // Which tensors depend on a parameter.
   ad.needs().assign(tensors_.size(), false);
-  for (const TensorDesc& d : tensors_)
-    if (d.storage == Storage::kParam) ad.needs()[static_cast<size_t>(&d - tensors_.data())] = true;
+  for (size_t t = 0; t < tensors_.size(); ++t)
+    if (tensors_[t].storage == Storage::kParam) ad.needs()[t] = true;
   for (const Node& n : nodes_) {
     bool any = false;
     for (TensorId t : n.in) any = any || ad.needs_grad(t);

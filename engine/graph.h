@@ -2,6 +2,7 @@
 // times by an Executor. Backward nodes are appended to the same graph by backward().
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -104,7 +105,8 @@ class Graph {
                       Storage storage = Storage::kArena);
   size_t add_node(Node node);
 
-  const std::vector<TensorDesc>& tensors() const { return tensors_; }
+  // A deque: references to tensors stay valid while ops add new ones.
+  const std::deque<TensorDesc>& tensors() const { return tensors_; }
   TensorDesc& tensor(TensorId id) { return tensors_.at(static_cast<size_t>(id)); }
   const TensorDesc& tensor(TensorId id) const { return tensors_.at(static_cast<size_t>(id)); }
   const std::vector<Node>& nodes() const { return nodes_; }
@@ -118,7 +120,7 @@ class Graph {
 
  private:
   int64_t max_batch_;
-  std::vector<TensorDesc> tensors_;
+  std::deque<TensorDesc> tensors_;
   std::vector<Node> nodes_;
   std::vector<ParamInfo> params_;
   std::vector<int32_t> const_data_;

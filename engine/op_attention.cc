@@ -2,6 +2,8 @@
 // Q·Kᵀ go straight into the probabilities buffer, are softmaxed there (scale and mask
 // fused) and multiplied by V. Heads are column blocks of [B, T, H·dh] activations, so no
 // copies split or merge heads. The backward saves only the probabilities.
+#include <algorithm>
+
 #include "engine/op_table.h"
 #include "ops/gemm.h"
 #include "ops/softmax.h"
@@ -47,12 +49,26 @@ Dims dims_of(const RunContext& c, const Node& n) {
   return {qs[0], h, qs[1], ks[1], qs[2], vs[2], qs[2] / h, vs[2] / h};
 }
 
+// Softmax over the score rows of products [p0, p1) at once (they are contiguous in the
+// probabilities buffer), so short rows are vectorized across many rows. A mask is per batch
+// entry, so with a mask the products are taken one batch entry at a time.
 // The mask is input 3 of the forward node and input 5 of the backward node.
-SoftmaxMask mask_for(const RunContext& c, const Node& n, TensorId mask_id, const Dims& m, int64_t b) {
+template <class Fn>
+void for_each_mask_run(const RunContext& c, const Node& n, TensorId mask_id, const Dims& m,
+                       int64_t p0, int64_t p1, Fn&& fn) {
   SoftmaxMask mask;
   mask.causal = n.attrs.causal;
-  if (mask_id != kNoTensor) mask.data = c.u8(mask_id) + b * m.tq * m.tk;
-  return mask;
+  if (mask_id == kNoTensor) {
+    fn(p0, p1, mask);
+    return;
+  }
+  for (int64_t p = p0; p < p1;) {
+    const int64_t b = p / m.h, end = std::min(p1, (b + 1) * m.h);
+    mask.data = c.u8(mask_id) + b * m.tq * m.tk;
+    mask.group_div = end - p;  // every product of this run reads the same slab
+    fn(p, end, mask);
+    p = end;
+  }
 }
 
 void attention_run(const RunContext& c, const Node& n, Slice s) {
@@ -60,14 +76,21 @@ void attention_run(const RunContext& c, const Node& n, Slice s) {
   const float *q = c.f32(n.in[0]), *k = c.f32(n.in[1]), *v = c.f32(n.in[2]);
   float *y = c.f32(n.out[0]), *probs = c.f32(n.out[1]);
   auto [p0, p1] = slice_range(m.b * m.h, s);
-  for (int64_t p = p0; p < p1; ++p) {
+  if (p1 <= p0) return;
+  const int64_t tt = m.tq * m.tk;
+  for (int64_t p = p0; p < p1; ++p) {  // scores Q·Kᵀ straight into the probabilities
     const int64_t b = p / m.h, h = p % m.h;
-    float* sc = probs + p * m.tq * m.tk;
     sgemm_slice(false, true, m.tq, m.tk, m.dh, 1.0f, q + b * m.tq * m.d + h * m.dh, m.d,
-                k + b * m.tk * m.d + h * m.dh, m.d, 0.0f, sc, m.tk, Slice{});
-    softmax_forward(sc, sc, 1, m.tq, m.tk, n.attrs.scale, mask_for(c, n, n.in[3], m, b));
-    sgemm_slice(false, false, m.tq, m.dvh, m.tk, 1.0f, sc, m.tk, v + b * m.tk * m.dv + h * m.dvh,
-                m.dv, 0.0f, y + b * m.tq * m.dv + h * m.dvh, m.dv, Slice{});
+                k + b * m.tk * m.d + h * m.dh, m.d, 0.0f, probs + p * tt, m.tk, Slice{});
+  }
+  for_each_mask_run(c, n, n.in[3], m, p0, p1, [&](int64_t r0, int64_t r1, const SoftmaxMask& mask) {
+    softmax_forward(probs + r0 * tt, probs + r0 * tt, r1 - r0, m.tq, m.tk, n.attrs.scale, mask);
+  });
+  for (int64_t p = p0; p < p1; ++p) {  // y = P·V
+    const int64_t b = p / m.h, h = p % m.h;
+    sgemm_slice(false, false, m.tq, m.dvh, m.tk, 1.0f, probs + p * tt, m.tk,
+                v + b * m.tk * m.dv + h * m.dvh, m.dv, 0.0f, y + b * m.tq * m.dv + h * m.dvh, m.dv,
+                Slice{});
   }
 }
 
@@ -95,27 +118,33 @@ void attention_backward_run(const RunContext& c, const Node& n, Slice s) {
   float* dk = n.out[1] != kNoTensor ? c.f32(n.out[1]) : nullptr;
   float* dv = n.out[2] != kNoTensor ? c.f32(n.out[2]) : nullptr;
   auto [p0, p1] = slice_range(m.b * m.h, s);
+  if (p1 <= p0) return;
+  const int64_t tt = m.tq * m.tk;
+  // In the forward pass y = P·V: dP = dy·Vᵀ and dV = Pᵀ·dy.
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t b = p / m.h, h = p % m.h;
-    const float* P = probs + p * m.tq * m.tk;
-    float* dS = dprobs + p * m.tq * m.tk;
     const float* dy_p = dy + b * m.tq * m.dv + h * m.dvh;
-    const float* v_p = v + b * m.tk * m.dv + h * m.dvh;
-    const float* q_p = q + b * m.tq * m.d + h * m.dh;
-    const float* k_p = k + b * m.tk * m.d + h * m.dh;
-    // In the forward pass y = P·V: dP = dy·Vᵀ and dV = Pᵀ·dy.
-    sgemm_slice(false, true, m.tq, m.tk, m.dvh, 1.0f, dy_p, m.dv, v_p, m.dv, 0.0f, dS, m.tk, Slice{});
+    sgemm_slice(false, true, m.tq, m.tk, m.dvh, 1.0f, dy_p, m.dv, v + b * m.tk * m.dv + h * m.dvh,
+                m.dv, 0.0f, dprobs + p * tt, m.tk, Slice{});
     if (dv)
-      sgemm_slice(true, false, m.tk, m.dvh, m.tq, 1.0f, P, m.tk, dy_p, m.dv, n.accumulates(2) ? 1.0f : 0.0f,
-                  dv + b * m.tk * m.dv + h * m.dvh, m.dv, Slice{});
-    // P = softmax(scale·Q·Kᵀ): dS = d(Q·Kᵀ) (scale folded in), then dQ = dS·K, dK = dSᵀ·Q.
-    softmax_backward(P, dS, dS, 1, m.tq, m.tk, n.attrs.scale, mask_for(c, n, n.in[5], m, b), false);
+      sgemm_slice(true, false, m.tk, m.dvh, m.tq, 1.0f, probs + p * tt, m.tk, dy_p, m.dv,
+                  n.accumulates(2) ? 1.0f : 0.0f, dv + b * m.tk * m.dv + h * m.dvh, m.dv, Slice{});
+  }
+  // P = softmax(scale·Q·Kᵀ): dS = d(Q·Kᵀ), the scale folded in, in place over dP.
+  for_each_mask_run(c, n, n.in[5], m, p0, p1, [&](int64_t r0, int64_t r1, const SoftmaxMask& mask) {
+    softmax_backward(probs + r0 * tt, dprobs + r0 * tt, dprobs + r0 * tt, r1 - r0, m.tq, m.tk,
+                     n.attrs.scale, mask, false);
+  });
+  // Then dQ = dS·K and dK = dSᵀ·Q.
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t b = p / m.h, h = p % m.h;
+    const float* dS = dprobs + p * tt;
     if (dq)
-      sgemm_slice(false, false, m.tq, m.dh, m.tk, 1.0f, dS, m.tk, k_p, m.d, n.accumulates(0) ? 1.0f : 0.0f,
-                  dq + b * m.tq * m.d + h * m.dh, m.d, Slice{});
+      sgemm_slice(false, false, m.tq, m.dh, m.tk, 1.0f, dS, m.tk, k + b * m.tk * m.d + h * m.dh, m.d,
+                  n.accumulates(0) ? 1.0f : 0.0f, dq + b * m.tq * m.d + h * m.dh, m.d, Slice{});
     if (dk)
-      sgemm_slice(true, false, m.tk, m.dh, m.tq, 1.0f, dS, m.tk, q_p, m.d, n.accumulates(1) ? 1.0f : 0.0f,
-                  dk + b * m.tk * m.d + h * m.dh, m.d, Slice{});
+      sgemm_slice(true, false, m.tk, m.dh, m.tq, 1.0f, dS, m.tk, q + b * m.tq * m.d + h * m.dh, m.d,
+                  n.accumulates(1) ? 1.0f : 0.0f, dk + b * m.tk * m.d + h * m.dh, m.d, Slice{});
   }
 }
 
