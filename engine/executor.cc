@@ -28,6 +28,73 @@ Executor::Executor(const Graph& graph, ExecutorOptions options)
   if (!graph.const_data().empty())
     std::memcpy(consts_.data(), graph.const_data().data(), graph.const_data().size() * 4);
   init_parameters(options.seed);
+  plan_barriers();
+}
+
+namespace {
+
+// A byte range of one of the executor's blocks.
+struct Range {
+  int block;  // 0 arena, 1 parameters, 2 gradients, 3 inputs, 4 constants, 5 optimizer state
+  int64_t lo, hi;
+};
+
+bool overlaps(const std::vector<Range>& a, const std::vector<Range>& b) {
+  for (const Range& x : a)
+    for (const Range& y : b)
+      if (x.block == y.block && x.lo < y.hi && y.lo < x.hi) return true;
+  return false;
+}
+
+}  // namespace
+
+void Executor::plan_barriers() {
+  const auto& nodes = graph_.nodes();
+  auto range_of = [&](TensorId id) {
+    const TensorDesc& d = graph_.tensor(id);
+    switch (d.storage) {
+      case Storage::kArena: return Range{0, plan_.offsets[static_cast<size_t>(id)], plan_.offsets[static_cast<size_t>(id)] + d.bytes()};
+      case Storage::kParam: return Range{1, d.offset * 4, d.offset * 4 + d.bytes()};
+      case Storage::kParamGrad: return Range{2, d.offset * 4, d.offset * 4 + d.bytes()};
+      case Storage::kInput: return Range{3, input_offsets_[static_cast<size_t>(id)], input_offsets_[static_cast<size_t>(id)] + d.bytes()};
+      case Storage::kConst: return Range{4, d.offset, d.offset + d.bytes()};
+    }
+    return Range{-1, 0, 0};
+  };
+  const Range all_grads{2, 0, graph_.param_count() * 4};
+  // The phase (nodes since the last barrier) starts with the gradient zeroing.
+  std::vector<Range> phase_reads, phase_writes = {all_grads};
+  barrier_before_.assign(nodes.size() + 1, false);
+  for (size_t i = 0; i <= nodes.size(); ++i) {
+    std::vector<Range> reads, writes;
+    if (i < nodes.size()) {
+      const Node& n = nodes[i];
+      for (TensorId t : n.in)
+        if (t != kNoTensor) reads.push_back(range_of(t));
+      for (size_t o = 0; o < n.out.size(); ++o) {
+        if (n.out[o] == kNoTensor) continue;
+        writes.push_back(range_of(n.out[o]));
+        if (n.accumulates(o)) reads.push_back(range_of(n.out[o]));
+      }
+      for (TensorId t : n.scratch) writes.push_back(range_of(t));
+    } else {  // the optimizer: reads gradients, updates parameters and its moments
+      reads = {all_grads};
+      writes = {Range{1, 0, graph_.param_count() * 4}, Range{5, 0, 1}};
+    }
+    if (overlaps(writes, phase_reads) || overlaps(writes, phase_writes) || overlaps(reads, phase_writes)) {
+      barrier_before_[i] = true;
+      phase_reads.clear();
+      phase_writes.clear();
+    }
+    phase_reads.insert(phase_reads.end(), reads.begin(), reads.end());
+    phase_writes.insert(phase_writes.end(), writes.begin(), writes.end());
+  }
+}
+
+int64_t Executor::barriers_per_step() const {
+  int64_t n = 0;
+  for (bool b : barrier_before_) n += b;
+  return n;
 }
 
 void Executor::set_batch(int64_t batch) {
@@ -130,13 +197,13 @@ void Executor::run_nodes(size_t begin, size_t end, Adam* optimizer) {
       if (g1 > g0) std::memset(grads_.f32() + g0, 0, static_cast<size_t>(g1 - g0) * 4);
     }
     for (size_t i = begin; i < end; ++i) {
-      if (s.count > 1 && i > begin) {
+      if (s.count > 1 && i > begin && barrier_before_[i]) {
 #pragma omp barrier
       }
       op_def(nodes[i].op).run(*this, nodes[i], s);
     }
     if (optimizer) {
-      if (s.count > 1) {
+      if (s.count > 1 && barrier_before_[nodes.size()]) {
 #pragma omp barrier
       }
       optimizer->update(params_.f32(), grads_.f32(), s);

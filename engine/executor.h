@@ -56,6 +56,7 @@ class Executor final : public RunContext {
   void validate_inputs() const;
   void run_nodes(size_t begin, size_t end, Adam* optimizer);
   void* ptr(TensorId id) const;
+  void plan_barriers();
 
   const Graph& graph_;
   MemoryPlan plan_;
@@ -63,6 +64,14 @@ class Executor final : public RunContext {
   int64_t batch_;
   AlignedBuffer arena_, params_, grads_, inputs_, consts_;
   std::vector<int64_t> input_offsets_;
+  // barrier_before_[i]: threads must all finish the nodes before node i first (it reads or
+  // writes memory they write, or writes memory they read). Index nodes().size() is the
+  // optimizer update. Independent neighbours run without a barrier between them.
+  std::vector<bool> barrier_before_;
+
+ public:
+  // Barriers a training step runs with more than one thread (for benchmarks and tests).
+  int64_t barriers_per_step() const;
 };
 
 }  // namespace attnkit
