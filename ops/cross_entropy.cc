@@ -1,4 +1,5 @@
 // Cross-entropy fused with log-softmax.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -43,9 +44,131 @@ HWY_INLINE RowStats ComputeRowStats(const float* row, int64_t classes) {
   return {vmax, hn::GetLane(hn::SumOfLanes(d, vsum))};
 }
 
+// Rows of at most kShortClasses classes (the lesson models have 2 to 24) go through a
+// transposed layout, one row per lane: lane l of a block holds row rb + l, t[j·N + l] its
+// logit j. A short last block repeats its last row in the spare lanes. Every row goes through
+// the same lane operations whichever block or lane it falls in, so results do not depend on
+// the slice count.
+inline constexpr int64_t kShortClasses = 32;
+
+class ShortRows {
+ public:
+  using D = DF;
+  using DI = hn::RebindToSigned<D>;
+  static constexpr size_t kMaxN = hn::MaxLanes(D());
+
+  ShortRows(const float* logits, const int32_t* targets, int64_t classes)
+      : N_(static_cast<int64_t>(hn::Lanes(D()))), classes_(classes), logits_(logits),
+        targets_(targets) {}
+  int64_t lanes() const { return N_; }
+  float* t() { return t_; }
+  hn::Mask<D> counted() const { return counted_; }
+
+  // Rows [rb, rb + count), count <= lanes(): gathers the block into t and returns the row
+  // maxima, one per lane.
+  hn::Vec<D> start(int64_t rb, int64_t count) {
+    const D d;
+    const DI di;
+    rb_ = rb;
+    count_ = count;
+    for (int64_t l = 0; l < N_; ++l) {
+      const int64_t r = rb + std::min(l, count - 1);
+      const int32_t t = targets_[r];
+      row_offset_[l] = static_cast<int32_t>((r - rb) * classes_);
+      target_[l] = t < 0 ? 0 : t;
+      ignored_[l] = t < 0 ? -1 : 0;
+    }
+    const auto offsets = hn::Load(di, row_offset_);
+    target_offsets_ = hn::Add(offsets, hn::Load(di, target_));
+    counted_ = hn::RebindMask(d, hn::Eq(hn::Load(di, ignored_), hn::Zero(di)));
+    const float* base = logits_ + rb * classes_;
+    auto vmax = hn::Set(d, -HUGE_VALF);
+    for (int64_t j = 0; j < classes_; ++j) {
+      const auto col = hn::GatherIndex(d, base + j, offsets);
+      hn::Store(col, d, t_ + j * N_);
+      vmax = hn::Max(vmax, col);
+    }
+    return vmax;
+  }
+  // Per lane: the logit of the row's target (of class 0 for ignored rows).
+  hn::Vec<D> target_logit() const {
+    return hn::GatherIndex(D(), logits_ + rb_ * classes_, target_offsets_);
+  }
+  // Per lane: the row's target as a float (0 for ignored rows).
+  hn::Vec<D> target_class() const {
+    return hn::ConvertTo(D(), hn::Sub(target_offsets_, hn::Load(DI(), row_offset_)));
+  }
+  // out[rb + l] = v[l] for the rows of the block.
+  void store_per_row(hn::Vec<D> v, float* out) const {
+    const D d;
+    if (count_ == N_) {
+      hn::StoreU(v, d, out + rb_);
+    } else {
+      StoreTail(d, v, out + rb_, static_cast<size_t>(count_));
+    }
+  }
+  // out rows of the block := t (or += t), back in row-major order.
+  void store_rows(float* out, bool accumulate, const int32_t* transpose_back) const {
+    const D d;
+    const DI di;
+    float* ob = out + rb_ * classes_;
+    const int64_t total = count_ * classes_;
+    int64_t k = 0;
+    for (; k + N_ <= total; k += N_) {
+      auto v = hn::GatherIndex(d, t_, hn::LoadU(di, transpose_back + k));
+      if (accumulate) v = hn::Add(hn::LoadU(d, ob + k), v);
+      hn::StoreU(v, d, ob + k);
+    }
+    if (k < total) {
+      const size_t n = static_cast<size_t>(total - k);
+      auto v = hn::GatherIndex(d, t_, hn::LoadU(di, transpose_back + k));
+      if (accumulate) v = hn::Add(LoadTail(d, ob + k, n), v);
+      StoreTail(d, v, ob + k, n);
+    }
+  }
+
+ private:
+  HWY_ALIGN float t_[kShortClasses * kMaxN];
+  HWY_ALIGN int32_t row_offset_[kMaxN];
+  HWY_ALIGN int32_t target_[kMaxN];
+  HWY_ALIGN int32_t ignored_[kMaxN];
+  int64_t N_, classes_;
+  const float* logits_;
+  const int32_t* targets_;
+  int64_t rb_ = 0, count_ = 0;
+  hn::Vec<DI> target_offsets_ = hn::Zero(DI());
+  hn::Mask<D> counted_ = hn::FirstN(D(), 0);
+};
+
+// Σ_j exp(t[j·N + l] − vmax[l]) per lane; stores the exponentials back into t when `keep`.
+HWY_INLINE hn::Vec<DF> ShortRowsExpSum(float* t, int64_t N, int64_t classes, hn::Vec<DF> vmax,
+                                       bool keep) {
+  const DF d;
+  auto vsum = hn::Zero(d);
+  for (int64_t j = 0; j < classes; ++j) {
+    const auto e = ExpNonPositive(d, hn::Sub(hn::Load(d, t + j * N), vmax));
+    if (keep) hn::Store(e, d, t + j * N);
+    vsum = hn::Add(vsum, e);
+  }
+  return vsum;
+}
+
 void CrossEntropyForward(const float* logits, const int32_t* targets, float* row_loss,
                          int64_t rows, int64_t classes, Slice s) {
   const auto [r0, r1] = slice_range(rows, s);
+  if (classes <= kShortClasses && classes > 0) {
+    const DF d;
+    ShortRows blocks(logits, targets, classes);
+    const int64_t N = blocks.lanes();
+    for (int64_t rb = r0; rb < r1; rb += N) {
+      const auto vmax = blocks.start(rb, std::min(N, r1 - rb));
+      const auto vsum = ShortRowsExpSum(blocks.t(), N, classes, vmax, false);
+      // logsumexp − logit[t] = log(sum) − (logit[t] − max): the max cancels exactly.
+      const auto loss = hn::Sub(hn::Log(d, vsum), hn::Sub(blocks.target_logit(), vmax));
+      blocks.store_per_row(hn::IfThenElseZero(blocks.counted(), loss), row_loss);
+    }
+    return;
+  }
   for (int64_t r = r0; r < r1; ++r) {
     if (targets[r] < 0) {
       row_loss[r] = 0.0f;
@@ -64,6 +187,32 @@ void CrossEntropyBackward(const float* logits, const int32_t* targets, float* dl
                           Slice s) {
   const DF d;
   const auto [r0, r1] = slice_range(rows, s);
+  if (classes <= kShortClasses && classes > 0) {
+    ShortRows blocks(logits, targets, classes);
+    const int64_t N = blocks.lanes();
+    // Row-major index k of a block → its place in t.
+    HWY_ALIGN int32_t transpose_back[kShortClasses * ShortRows::kMaxN];
+    for (int64_t k = 0; k < classes * N; ++k) {
+      transpose_back[k] = static_cast<int32_t>((k % classes) * N + k / classes);
+    }
+    const auto vscale = hn::Set(d, scale);
+    float* t = blocks.t();
+    for (int64_t rb = r0; rb < r1; rb += N) {
+      const auto vmax = blocks.start(rb, std::min(N, r1 - rb));
+      const auto vsum = ShortRowsExpSum(t, N, classes, vmax, true);
+      const auto counted = blocks.counted();
+      const auto vscale_inv = hn::Div(vscale, vsum);
+      const auto vt = blocks.target_class();
+      for (int64_t j = 0; j < classes; ++j) {
+        const auto scaled_p = hn::Mul(hn::Load(d, t + j * N), vscale_inv);
+        const auto onehot = hn::IfThenElseZero(hn::Eq(hn::Set(d, static_cast<float>(j)), vt), vscale);
+        // Ignored rows: 0 (and dlogits unchanged when accumulating).
+        hn::Store(hn::IfThenElseZero(counted, hn::Sub(scaled_p, onehot)), d, t + j * N);
+      }
+      blocks.store_rows(dlogits, accumulate, transpose_back);
+    }
+    return;
+  }
   for (int64_t r = r0; r < r1; ++r) {
     float* out = dlogits + r * classes;
     const int32_t t = targets[r];

@@ -255,6 +255,59 @@ TEST_CASE("cross-entropy with ignored targets", "[cross_entropy]") {
   });
 }
 
+TEST_CASE("cross-entropy over many short rows", "[cross_entropy]") {
+  // The short-row path handles blocks of rows at once: several blocks, a partial last one,
+  // ignored rows anywhere in a block, slice boundaries inside blocks.
+  attnkit::test::for_each_simd_target([](const std::string&) {
+    std::mt19937 rng(11);
+    for (int64_t classes : {1, 2, 5, 10, 24, 32, 33}) {
+      for (int64_t rows : {1, 7, 37, 64}) {
+        INFO("classes=" << classes << " rows=" << rows);
+        auto logits = random_vector(rows * classes, rng, -6, 6);
+        logits[rows * classes / 2] = 90.0f;
+        std::vector<int32_t> targets(rows);
+        for (auto& t : targets) t = int32_t(rng() % classes);
+        for (int64_t r = 3; r < rows; r += 5) targets[r] = attnkit::kIgnoreTarget;
+        std::vector<double> want_loss(rows), want_grad(rows * classes);
+        const double scale = 0.37;
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* z = logits.data() + r * classes;
+          double mx = -HUGE_VAL, sum = 0;
+          for (int64_t j = 0; j < classes; ++j) mx = std::max(mx, double(z[j]));
+          for (int64_t j = 0; j < classes; ++j) sum += std::exp(z[j] - mx);
+          const int32_t t = targets[r];
+          want_loss[r] = t < 0 ? 0.0 : mx + std::log(sum) - z[t];
+          for (int64_t j = 0; j < classes; ++j)
+            want_grad[r * classes + j] = t < 0 ? 0.0 : scale * (std::exp(z[j] - mx) / sum - (j == t));
+        }
+        std::vector<float> loss(rows, kNaN);
+        attnkit::cross_entropy_forward(logits.data(), targets.data(), loss.data(), rows, classes);
+        for (int64_t r = 0; r < rows; ++r) require_close(loss[r], want_loss[r], 2e-6, 2e-6);
+        require_slice_invariant(std::vector<float>(rows, kNaN), [&](float* out, Slice s) {
+          attnkit::cross_entropy_forward(logits.data(), targets.data(), out, rows, classes, s);
+        });
+        std::vector<float> dl(rows * classes, kNaN);
+        attnkit::cross_entropy_backward(logits.data(), targets.data(), dl.data(), rows, classes,
+                                        float(scale), false);
+        for (int64_t k = 0; k < rows * classes; ++k) require_close(dl[k], want_grad[k], 1e-6, 1e-5);
+        for (int64_t r = 3; r < rows; r += 5)
+          for (int64_t j = 0; j < classes; ++j) REQUIRE(dl[r * classes + j] == 0.0f);
+        auto acc = random_vector(rows * classes, rng);
+        const auto acc0 = acc;
+        attnkit::cross_entropy_backward(logits.data(), targets.data(), acc.data(), rows, classes,
+                                        float(scale), true);
+        for (int64_t k = 0; k < rows * classes; ++k) require_close(acc[k], acc0[k] + dl[k], 1e-6, 1e-6);
+        for (int64_t r = 3; r < rows; r += 5)
+          for (int64_t j = 0; j < classes; ++j) REQUIRE(acc[r * classes + j] == acc0[r * classes + j]);
+        require_slice_invariant(acc0, [&](float* out, Slice s) {
+          attnkit::cross_entropy_backward(logits.data(), targets.data(), out, rows, classes,
+                                          float(scale), true, s);
+        });
+      }
+    }
+  });
+}
+
 TEST_CASE("elementwise kernels", "[elementwise]") {
   attnkit::test::for_each_simd_target([](const std::string&) {
     std::mt19937 rng(6);
