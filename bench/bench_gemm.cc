@@ -94,7 +94,104 @@ void BM_batched(benchmark::State& state, bool use_openblas, bool trans_a, bool t
   report(state, 2.0 * m * n * k * count);
 }
 
+// One GEMM call of a lesson model's training step, exactly as the engine makes it (1 thread,
+// sgemm_slice on the whole product): Linear forward x·W (nn), dx = dy·Wᵀ (nt), dW = xᵀ·dy
+// (tn), and the attention products over interleaved heads ([B, T, H·dh] activations, one call
+// per (batch, head) product).
+struct StepGemm {
+  std::string name;
+  bool ta, tb;
+  int64_t m, k, n;
+  float beta;
+  // Attention: `count` products; A/B/C of product p = (b, h) at b·x_batch + h·x_head.
+  int64_t heads = 1, count = 1, lda = 0, ldb = 0, ldc = 0;
+  int64_t a_batch = 0, a_head = 0, b_batch = 0, b_head = 0, c_batch = 0, c_head = 0;
+};
+
+void BM_step(benchmark::State& state, bool use_openblas, StepGemm s) {
+  set_threads(1);
+  const int64_t lda = s.lda ? s.lda : (s.ta ? s.m : s.k);
+  const int64_t ldb = s.ldb ? s.ldb : (s.tb ? s.k : s.n);
+  const int64_t ldc = s.ldc ? s.ldc : s.n;
+  const int64_t batches = s.count / s.heads;
+  const int64_t a_size = s.count == 1 ? (s.ta ? s.k : s.m) * lda : batches * s.a_batch;
+  const int64_t b_size = s.count == 1 ? (s.tb ? s.n : s.k) * ldb : batches * s.b_batch;
+  const int64_t c_size = s.count == 1 ? s.m * ldc : batches * s.c_batch;
+  Operands x(a_size, b_size, c_size);
+  for (auto _ : state) {
+    for (int64_t p = 0; p < s.count; ++p) {
+      const int64_t bi = p / s.heads, hi = p % s.heads;
+      const float* a = x.a.data() + bi * s.a_batch + hi * s.a_head;
+      const float* b = x.b.data() + bi * s.b_batch + hi * s.b_head;
+      float* c = x.c.data() + bi * s.c_batch + hi * s.c_head;
+      if (use_openblas) {
+        cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans,
+                    s.tb ? CblasTrans : CblasNoTrans, static_cast<int>(s.m),
+                    static_cast<int>(s.n), static_cast<int>(s.k), 1.0f, a, static_cast<int>(lda),
+                    b, static_cast<int>(ldb), s.beta, c, static_cast<int>(ldc));
+      } else {
+        attnkit::sgemm_slice(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, lda, b, ldb, s.beta, c, ldc,
+                             attnkit::Slice{});
+      }
+    }
+    benchmark::DoNotOptimize(x.c.data());
+    benchmark::ClobberMemory();
+  }
+  report(state, 2.0 * s.m * s.n * s.k * s.count);
+}
+
+// The products of one training step of the lesson models (see bench_train_step.cc), e.g.
+//   bench_gemm --benchmark_filter='^(attnkit|openblas)/step_'
+std::vector<StepGemm> step_gemms() {
+  std::vector<StepGemm> out;
+  // Linear(in → out) over `rows` rows: forward, dx (beta 0 and 1), dW.
+  auto linear = [&](const std::string& model, int64_t rows, int64_t in, int64_t outf) {
+    const std::string sh = std::to_string(rows) + "x" + std::to_string(in) + "x" +
+                           std::to_string(outf);
+    out.push_back({model + "_fwd_nn_" + sh, false, false, rows, in, outf, 0.0f});
+    out.push_back({model + "_dx_nt_" + sh, false, true, rows, outf, in, 1.0f});
+    out.push_back({model + "_dW_tn_" + sh, true, false, in, rows, outf, 0.0f});
+  };
+  // Attention over [B, T, H·dh]: scores (nt), P·V and dS·K (nn), Pᵀ·dY and dSᵀ·Q (tn).
+  auto attention = [&](const std::string& model, int64_t B, int64_t T, int64_t H, int64_t dh) {
+    const int64_t d = H * dh, tt = T * T;
+    const std::string sh = "_b" + std::to_string(B) + "h" + std::to_string(H) + "t" +
+                           std::to_string(T) + "d" + std::to_string(dh);
+    StepGemm qk{model + "_attn_QKt_nt" + sh, false, true, T, dh, T, 0.0f};
+    qk.heads = H, qk.count = B * H, qk.lda = d, qk.ldb = d, qk.ldc = T;
+    qk.a_batch = T * d, qk.a_head = dh, qk.b_batch = T * d, qk.b_head = dh;
+    qk.c_batch = H * tt, qk.c_head = tt;
+    out.push_back(qk);
+    StepGemm pv{model + "_attn_PV_nn" + sh, false, false, T, T, dh, 0.0f};
+    pv.heads = H, pv.count = B * H, pv.lda = T, pv.ldb = d, pv.ldc = d;
+    pv.a_batch = H * tt, pv.a_head = tt, pv.b_batch = T * d, pv.b_head = dh;
+    pv.c_batch = T * d, pv.c_head = dh;
+    out.push_back(pv);
+    StepGemm ptdy = pv;
+    ptdy.name = model + "_attn_PtdY_tn" + sh;
+    ptdy.ta = true;
+    out.push_back(ptdy);
+  };
+  linear("ns", 640, 32, 32);
+  linear("ns", 640, 32, 128);
+  linear("ns", 640, 128, 10);
+  attention("ns", 64, 10, 2, 16);
+  linear("dup", 640, 32, 64);
+  linear("dup", 640, 64, 2);
+  attention("dup", 64, 10, 1, 32);
+  linear("rev", 256, 32, 32);
+  linear("rev", 256, 32, 10);
+  attention("rev", 32, 8, 1, 32);
+  return out;
+}
+
 void register_all() {
+  for (const StepGemm& s : step_gemms()) {
+    benchmark::RegisterBenchmark(("attnkit/step_" + s.name).c_str(), BM_step, false, s)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(("openblas/step_" + s.name).c_str(), BM_step, true, s)
+        ->UseRealTime();
+  }
   struct Shape {
     int64_t m, k, n;
   };
