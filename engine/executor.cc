@@ -2,14 +2,22 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <chrono>
+
 #include <cstring>
 
+#include "engine/barrier.h"
 #include "engine/rng.h"
 
 namespace attnkit {
 
 Executor::Executor(const Graph& graph, ExecutorOptions options)
-    : graph_(graph), plan_(plan_memory(graph)), threads_(1), batch_(graph.max_batch()) {
+    : graph_(graph),
+      plan_(plan_memory(graph)),
+      threads_(1),
+      batch_(graph.max_batch()),
+      adaptive_(options.adaptive_threads) {
   set_threads(options.threads);
   arena_.resize(plan_.arena_bytes);
   params_.resize(graph.param_count() * 4);
@@ -174,7 +182,29 @@ void Executor::validate_inputs() const {
 
 void Executor::forward() {
   validate_inputs();
-  run_nodes(0, graph_.forward_nodes(), nullptr);
+  run_nodes(0, graph_.forward_nodes(), nullptr, threads_in_use());
+}
+
+int Executor::threads_for_training_step() {
+  if (threads_ == 1 || !adaptive_) return threads_;
+  if (probe_runs_left_ > 0) return probe_runs_left_ % 2 == 0 ? threads_ : 1;
+  if (--runs_until_probe_ <= 0) {  // start a probe: 3 runs each way, the best of each counts
+    probe_runs_left_ = 6;
+    best_parallel_ = best_serial_ = 1e300;
+    return threads_;
+  }
+  return threads_in_use();
+}
+
+void Executor::record_training_step(int threads, double seconds) {
+  if (probe_runs_left_ <= 0) return;
+  double& best = threads == 1 ? best_serial_ : best_parallel_;
+  best = std::min(best, seconds);
+  if (--probe_runs_left_ > 0) return;
+  const bool parallel = best_parallel_ < 0.95 * best_serial_;
+  probe_interval_ = parallel == parallel_ ? std::min<int64_t>(probe_interval_ * 2, 8192) : 64;
+  parallel_ = parallel;
+  runs_until_probe_ = probe_interval_;
 }
 
 void Executor::train_step(Adam* optimizer) {
@@ -184,37 +214,45 @@ void Executor::train_step(Adam* optimizer) {
                 " parameters, the graph has " + std::to_string(graph_.param_count()));
   validate_inputs();
   if (optimizer) optimizer->begin_step();
-  run_nodes(0, graph_.nodes().size(), optimizer);
+  const int threads = threads_for_training_step();
+  const auto start = std::chrono::steady_clock::now();
+  run_nodes(0, graph_.nodes().size(), optimizer, threads);
+  record_training_step(threads, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
-void Executor::run_nodes(size_t begin, size_t end, Adam* optimizer) {
+void Executor::run_nodes(size_t begin, size_t end, Adam* optimizer, int threads) {
   const auto& nodes = graph_.nodes();
   const size_t backward_from = graph_.forward_nodes();
   const bool zero_grads = end > backward_from;
+  SpinBarrier* barrier_ptr = nullptr;
   auto body = [&](Slice s) {
     if (zero_grads) {  // parameter gradients accumulate: start each backward from zero
       auto [g0, g1] = slice_range(graph_.param_count(), s);
       if (g1 > g0) std::memset(grads_.f32() + g0, 0, static_cast<size_t>(g1 - g0) * 4);
     }
     for (size_t i = begin; i < end; ++i) {
-      if (s.count > 1 && i > begin && barrier_before_[i]) {
-#pragma omp barrier
-      }
+      if (s.count > 1 && i > begin && barrier_before_[i]) barrier_ptr->wait();
       op_def(nodes[i].op).run(*this, nodes[i], s);
     }
     if (optimizer) {
-      if (s.count > 1 && barrier_before_[nodes.size()]) {
-#pragma omp barrier
-      }
+      if (s.count > 1 && barrier_before_[nodes.size()]) barrier_ptr->wait();
       optimizer->update(params_.f32(), grads_.f32(), s);
     }
   };
-  if (threads_ == 1) {
+  if (threads == 1) {
     body(Slice{0, 1});
     return;
   }
-#pragma omp parallel num_threads(threads_)
-  body(Slice{omp_get_thread_num(), omp_get_num_threads()});
+  SpinBarrier barrier(threads);
+  barrier_ptr = &barrier;
+#pragma omp parallel num_threads(threads)
+  {
+    if (omp_get_num_threads() == threads) {
+      body(Slice{omp_get_thread_num(), threads});
+    } else if (omp_get_thread_num() == 0) {  // the runtime gave fewer threads: same result
+      body(Slice{0, 1});
+    }
+  }
 }
 
 }  // namespace attnkit

@@ -14,8 +14,12 @@
 namespace attnkit {
 
 struct ExecutorOptions {
-  int threads = 1;     // OpenMP threads per run
+  int threads = 1;     // at most this many OpenMP threads per run
   uint64_t seed = 0;   // parameter initialization
+  // Measure training steps with `threads` and with 1 thread now and then, and use the
+  // faster: on a small model or a busy machine more threads can cost more than they save.
+  // Results do not depend on the thread count, so this changes only the speed.
+  bool adaptive_threads = true;
 };
 
 class Executor final : public RunContext {
@@ -27,6 +31,8 @@ class Executor final : public RunContext {
   int64_t batch() const override { return batch_; }
   void set_threads(int threads);
   int threads() const { return threads_; }
+  // Threads the next run uses (1 when adaptive measurement found more threads slower).
+  int threads_in_use() const { return parallel_ ? threads_ : 1; }
 
   // Runs the forward nodes only (evaluation, inference).
   void forward();
@@ -54,7 +60,9 @@ class Executor final : public RunContext {
 
  private:
   void validate_inputs() const;
-  void run_nodes(size_t begin, size_t end, Adam* optimizer);
+  void run_nodes(size_t begin, size_t end, Adam* optimizer, int threads);
+  int threads_for_training_step();
+  void record_training_step(int threads, double seconds);
   void* ptr(TensorId id) const;
   void plan_barriers();
 
@@ -68,6 +76,13 @@ class Executor final : public RunContext {
   // writes memory they write, or writes memory they read). Index nodes().size() is the
   // optimizer update. Independent neighbours run without a barrier between them.
   std::vector<bool> barrier_before_;
+  // Adaptive thread use: probe runs alternate threads_ and 1 thread; the faster wins until
+  // the next probe, which comes twice as late each time the verdict stands.
+  bool adaptive_;
+  bool parallel_ = true;
+  int probe_runs_left_ = 0;
+  double best_parallel_ = 0, best_serial_ = 0;
+  int64_t runs_until_probe_ = 1, probe_interval_ = 64;
 
  public:
   // Barriers a training step runs with more than one thread (for benchmarks and tests).

@@ -90,7 +90,7 @@ TEST_CASE("masked multi-head attention backward matches finite differences") {
     Linear out(g, "out", D, V);
     Tensor loss = cross_entropy(out(mha(tok(ids), mask)), targets);
     g.backward(loss);
-    Executor ex(g, {2, 1});
+    Executor ex(g, {2, 1, false});
     Rng rng(4);
     for (int64_t i = 0; i < B * T; ++i) {
       ex.i32(ids.id())[i] = static_cast<int32_t>(rng.below(V));

@@ -166,9 +166,9 @@ TEST_CASE("a steady-state training step makes no heap allocation") {
   }
 }
 
-std::vector<float> train_losses(const ModelConfig& c, int threads, int steps) {
+std::vector<float> train_losses(const ModelConfig& c, int threads, int steps, bool adaptive = false) {
   Model m = build_model(c, 32);
-  Executor ex(*m.graph, {threads, 3});
+  Executor ex(*m.graph, {threads, 3, adaptive});  // not adaptive: really use them all
   Adam adam(ex.param_count(), {0.003f});
   Rng rng(9);
   std::vector<int32_t> ids, targets;
@@ -194,10 +194,16 @@ TEST_CASE("same seed and threads give bitwise the same losses; so do other threa
   }
 }
 
+TEST_CASE("adaptive thread use switches between thread counts without changing results") {
+  const ModelConfig c = lesson_config("reversal");
+  const auto serial = train_losses(c, 1, 300), adaptive = train_losses(c, 2, 300, true);
+  REQUIRE(std::memcmp(serial.data(), adaptive.data(), serial.size() * 4) == 0);
+}
+
 TEST_CASE("a smaller batch runs on the graph planned for a larger one") {
   const ModelConfig c = lesson_config("reversal");
   Model big = build_model(c, 64), small = build_model(c, 5);
-  Executor eb(*big.graph, {2, 4}), es(*small.graph, {1, 4});
+  Executor eb(*big.graph, {2, 4, false}), es(*small.graph, {1, 4});
   Rng rng(3);
   std::vector<int32_t> ids, targets;
   fill_batch(c, rng, 5, ids, targets);
