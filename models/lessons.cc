@@ -1,6 +1,14 @@
 #include "models/lessons.h"
 
+#include "engine/error.h"
+
 namespace attnkit {
+
+const std::vector<std::string>& known_tasks() {
+  static const std::vector<std::string> tasks = {"neighbor-sum", "duplicates", "reversal",
+                                                 "induction", "reversal-large"};
+  return tasks;
+}
 
 ModelConfig lesson_config(const std::string& task) {
   ModelConfig c;
@@ -13,13 +21,46 @@ ModelConfig lesson_config(const std::string& task) {
   } else if (task == "reversal") {  // y = x reversed: LayerNorm + Linear head
     c.vocab = 10, c.classes = 10, c.seq_len = 8, c.d_model = 32, c.heads = 1;
     c.head = HeadKind::kLayerNormLinear;
+  } else if (task == "induction") {  // predict what followed the previous occurrence: 2 layers
+    c.vocab = 24, c.classes = 24, c.seq_len = 16, c.d_model = 64, c.heads = 1, c.layers = 2;
+    c.causal = true;
+    c.head = HeadKind::kLayerNormLinear;
+  } else if (task == "reversal-large") {  // the compute-bound benchmark configuration
+    c.vocab = 64, c.classes = 64, c.seq_len = 128, c.d_model = 256, c.heads = 4, c.layers = 2;
+    c.pre_norm = true;
+    c.block_mlp = 4 * c.d_model;
+    c.head = HeadKind::kLayerNormLinear;
   } else {
-    throw Error("unknown task '" + task + "' (known: neighbor-sum, duplicates, reversal)");
+    std::string known;
+    for (const auto& t : known_tasks()) known += (known.empty() ? "" : ", ") + t;
+    throw Error("unknown task '" + task + "' (known: " + known + ")");
   }
   return c;
 }
 
+void validate_config(const ModelConfig& c) {
+  auto positive = [](int64_t v, const char* name) {
+    if (v <= 0) throw Error(std::string("model config: ") + name + " must be positive, got " + std::to_string(v));
+  };
+  positive(c.vocab, "vocab");
+  positive(c.classes, "classes");
+  positive(c.seq_len, "seq_len");
+  positive(c.d_model, "d_model");
+  positive(c.heads, "heads");
+  positive(c.layers, "layers");
+  if (c.head == HeadKind::kMlp) positive(c.mlp_hidden, "mlp_hidden");
+  if (c.block_mlp < 0) throw Error("model config: block_mlp must be >= 0, got " + std::to_string(c.block_mlp));
+  if (c.d_model % c.heads != 0)
+    throw Error("model config: d_model " + std::to_string(c.d_model) + " is not divisible by heads " +
+                std::to_string(c.heads));
+}
+
+std::string layer_prefix(const ModelConfig& c, int64_t l) {
+  return c.layers == 1 ? std::string() : "layers." + std::to_string(l) + ".";
+}
+
 Model build_model(const ModelConfig& c, int64_t max_batch, bool with_backward) {
+  validate_config(c);
   Model m;
   m.config = c;
   m.graph = std::make_unique<Graph>(max_batch);
@@ -34,9 +75,15 @@ Model build_model(const ModelConfig& c, int64_t max_batch, bool with_backward) {
     h = h + pos(g.arange(c.seq_len));
   }
   for (int64_t l = 0; l < c.layers; ++l) {
-    const std::string name = c.layers == 1 ? "attn" : "layers." + std::to_string(l) + ".attn";
-    m.attention.emplace_back(g, name, c.d_model, c.heads, c.causal);
-    h = h + m.attention.back()(h);
+    const std::string p = layer_prefix(c, l);
+    m.attention.emplace_back(g, p + "attn", c.d_model, c.heads, c.causal);
+    const MultiHeadAttention& attn = m.attention.back();
+    h = h + attn(c.pre_norm ? LayerNorm(g, p + "ln1", c.d_model)(h) : h);
+    if (c.block_mlp > 0) {
+      Sequential mlp{Linear(g, p + "mlp.0", c.d_model, c.block_mlp), ReLU(),
+                     Linear(g, p + "mlp.2", c.block_mlp, c.d_model)};
+      h = h + mlp(c.pre_norm ? LayerNorm(g, p + "ln2", c.d_model)(h) : h);
+    }
   }
   if (c.head == HeadKind::kMlp) {
     Sequential head{Linear(g, "head.0", c.d_model, c.mlp_hidden), ReLU(),

@@ -13,7 +13,7 @@ namespace attnkit {
 enum class HeadKind { kMlp, kLayerNormLinear };
 
 struct ModelConfig {
-  std::string task;          // "neighbor-sum", "duplicates", "reversal", …
+  std::string task;          // "neighbor-sum", "duplicates", "reversal", "induction", …
   int64_t vocab = 10;        // input tokens
   int64_t classes = 10;      // output classes per position
   int64_t seq_len = 10;      // T
@@ -24,10 +24,30 @@ struct ModelConfig {
   bool causal = false;
   HeadKind head = HeadKind::kMlp;
   int64_t mlp_hidden = 128;  // hidden width of the MLP head
+  // Block options of the general stack. The defaults give the lessons' attention-only layers
+  // h = h + attn(h); pre_norm gives pre-LayerNorm blocks h = h + attn(LN(h)), and
+  // block_mlp > 0 adds h = h + MLP(h) (or MLP(LN(h))) after each attention, with that hidden
+  // width (Linear–ReLU–Linear).
+  bool pre_norm = false;
+  int64_t block_mlp = 0;
 };
 
-// The lesson's configuration of a task (throws Error for an unknown task).
+// Tasks lesson_config knows.
+const std::vector<std::string>& known_tasks();
+
+// The lesson's configuration of a task (throws Error for an unknown task). Besides the three
+// lesson tasks: "induction" (2 causal layers, see models/tasks.h) and "reversal-large", the
+// compute-bound benchmark model: V = 64, T = 128, D = 256, 4 heads, 2 pre-LayerNorm blocks of
+// attention + MLP (hidden 4D), LayerNorm + Linear head, target = the reversed sequence.
 ModelConfig lesson_config(const std::string& task);
+
+// Checks a configuration (sizes positive, d_model divisible by heads, …); throws Error
+// naming the field.
+void validate_config(const ModelConfig& config);
+
+// Parameter-name prefix of layer l: "" for a one-layer model (the lesson's names "attn.q",
+// …), "layers.<l>." otherwise.
+std::string layer_prefix(const ModelConfig& config, int64_t l);
 
 // A built model: its graph (with backward), inputs, outputs and attention modules.
 struct Model {
@@ -39,8 +59,9 @@ struct Model {
   std::vector<MultiHeadAttention> attention;  // one per layer; attention[l].attn() = maps
 };
 
-// Declares the model: h = tok(ids) [+ pos(arange(T))]; for each layer h = h + attn(h);
-// logits = head(h). With one layer this is exactly the lesson's head(h + attn(h)).
+// Declares the model: h = tok(ids) [+ pos(arange(T))]; for each layer h = h + attn(h)
+// (with the block options above); logits = head(h). With one layer and default block options
+// this is exactly the lesson's head(h + attn(h)).
 Model build_model(const ModelConfig& config, int64_t max_batch, bool with_backward = true);
 
 }  // namespace attnkit

@@ -41,6 +41,24 @@ inline std::vector<double> ref_linear(const std::vector<double>& x, int64_t rows
   return y;
 }
 
+// LayerNorm over the last dim (eps 1e-5) with parameters name.weight / name.bias.
+inline std::vector<double> ref_layernorm(const std::vector<double>& h, int64_t rows, int64_t D,
+                                         const RefParams& p, const std::string& name) {
+  std::vector<double> n(h.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t d = 0; d < D; ++d) mean += h[static_cast<size_t>(r * D + d)];
+    mean /= static_cast<double>(D);
+    for (int64_t d = 0; d < D; ++d) var += std::pow(h[static_cast<size_t>(r * D + d)] - mean, 2);
+    var /= static_cast<double>(D);
+    for (int64_t d = 0; d < D; ++d)
+      n[static_cast<size_t>(r * D + d)] = (h[static_cast<size_t>(r * D + d)] - mean) / std::sqrt(var + 1e-5) *
+                                              p[name + ".weight"][static_cast<size_t>(d)] +
+                                          p[name + ".bias"][static_cast<size_t>(d)];
+  }
+  return n;
+}
+
 // Mean cross-entropy of the model on one batch [batch, T].
 inline double ref_loss(const ModelConfig& c, const RefParams& p, const std::vector<int32_t>& ids,
                        const std::vector<int32_t>& targets, int64_t batch) {
@@ -53,10 +71,11 @@ inline double ref_loss(const ModelConfig& c, const RefParams& p, const std::vect
       h[static_cast<size_t>(r * D + d)] = v;
     }
   for (int64_t l = 0; l < c.layers; ++l) {
-    const std::string name = c.layers == 1 ? "attn" : "layers." + std::to_string(l) + ".attn";
-    auto q = ref_linear(h, rows, D, p, name + ".q", D);
-    auto k = ref_linear(h, rows, D, p, name + ".k", D);
-    auto v = ref_linear(h, rows, D, p, name + ".v", D);
+    const std::string prefix = layer_prefix(c, l), name = prefix + "attn";
+    const std::vector<double> x = c.pre_norm ? ref_layernorm(h, rows, D, p, prefix + "ln1") : h;
+    auto q = ref_linear(x, rows, D, p, name + ".q", D);
+    auto k = ref_linear(x, rows, D, p, name + ".k", D);
+    auto v = ref_linear(x, rows, D, p, name + ".v", D);
     std::vector<double> a(static_cast<size_t>(rows * D), 0.0);
     const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
     for (int64_t b = 0; b < batch; ++b)
@@ -81,6 +100,13 @@ inline double ref_loss(const ModelConfig& c, const RefParams& p, const std::vect
         }
     auto o = ref_linear(a, rows, D, p, name + ".o", D);
     for (size_t i = 0; i < h.size(); ++i) h[i] += o[i];
+    if (c.block_mlp > 0) {
+      const std::vector<double> y = c.pre_norm ? ref_layernorm(h, rows, D, p, prefix + "ln2") : h;
+      auto z = ref_linear(y, rows, D, p, prefix + "mlp.0", c.block_mlp);
+      for (auto& e : z) e = e > 0 ? e : 0;
+      auto f = ref_linear(z, rows, c.block_mlp, p, prefix + "mlp.2", D);
+      for (size_t i = 0; i < h.size(); ++i) h[i] += f[i];
+    }
   }
   std::vector<double> logits;
   if (c.head == HeadKind::kMlp) {
@@ -88,18 +114,7 @@ inline double ref_loss(const ModelConfig& c, const RefParams& p, const std::vect
     for (auto& x : z) x = x > 0 ? x : 0;
     logits = ref_linear(z, rows, c.mlp_hidden, p, "head.2", c.classes);
   } else {
-    std::vector<double> n(h.size());
-    for (int64_t r = 0; r < rows; ++r) {
-      double mean = 0, var = 0;
-      for (int64_t d = 0; d < D; ++d) mean += h[static_cast<size_t>(r * D + d)];
-      mean /= static_cast<double>(D);
-      for (int64_t d = 0; d < D; ++d) var += std::pow(h[static_cast<size_t>(r * D + d)] - mean, 2);
-      var /= static_cast<double>(D);
-      for (int64_t d = 0; d < D; ++d)
-        n[static_cast<size_t>(r * D + d)] = (h[static_cast<size_t>(r * D + d)] - mean) / std::sqrt(var + 1e-5) *
-                                                p["head.0.weight"][static_cast<size_t>(d)] +
-                                            p["head.0.bias"][static_cast<size_t>(d)];
-    }
+    const std::vector<double> n = ref_layernorm(h, rows, D, p, "head.0");
     logits = ref_linear(n, rows, D, p, "head.1", c.classes);
   }
   double total = 0;

@@ -1,0 +1,79 @@
+// The tasks' data: sequences x [N, T] of tokens and per-position targets y [N, T] (−1 = no
+// answer, ignored by the loss and by accuracy), generated from a seed with attnkit's own Rng,
+// or read from a .npz file made by numpy.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../engine/rng.h"
+#include "lessons.h"
+
+namespace attnkit {
+
+struct Dataset {
+  int64_t size = 0, seq_len = 0;
+  std::vector<int32_t> x, y;  // row-major [size, seq_len]
+  const int32_t* tokens(int64_t i) const { return x.data() + i * seq_len; }
+  const int32_t* targets(int64_t i) const { return y.data() + i * seq_len; }
+};
+
+struct TaskData {
+  Dataset train, val;
+};
+
+// The lesson's training settings of a task; the CLI's defaults.
+struct TrainingConfig {
+  int64_t epochs = 8;
+  int64_t batch_size = 64;
+  float lr = 0.01f;
+  int64_t train_size = 3000, val_size = 500;
+  std::vector<int64_t> snapshot_steps;  // steps at which the sample's attention is saved
+};
+TrainingConfig lesson_training(const std::string& task);
+
+// The targets of one sequence under the task's rule (the task of config.task; "reversal-large"
+// follows "reversal"):
+//   neighbor-sum  y_i = (x_{i-1} + x_{i+1}) mod V, indices around the ring
+//   duplicates    y_i = 1 if x_i occurs at another position, else 0
+//   reversal      y_i = x_{T-1-i}
+//   induction     y_i = x_{j+1} where j < i is the latest earlier position with x_j = x_i;
+//                 −1 (no answer) when x_i has not occurred before
+void task_targets(const ModelConfig& config, const int32_t* x, int32_t* y);
+
+// One random sequence of the task (uniform tokens; induction: see generate_induction).
+void task_sequence(const ModelConfig& config, Rng& rng, int32_t* x);
+
+// An induction sequence of length T over V ≥ T tokens: a segment of L ~ U{2..T/2} tokens is
+// seen once and later repeated, everything else is a token seen nowhere else:
+//   u = T − L distinct tokens drawn uniformly without replacement,
+//   s ~ U{0..T−2L} (segment start), d ~ U{s+L..T−L} (where the repeat starts),
+//   x = u[0:d] ++ u[s:s+L] ++ u[d:T−L].
+// So exactly the positions d..d+L−1 have an answer, and it is determined by the sequence.
+void generate_induction(int64_t seq_len, int64_t vocab, Rng& rng, int32_t* x);
+
+// n sequences and their targets.
+Dataset generate_dataset(const ModelConfig& config, int64_t n, Rng& rng);
+
+// Training and validation sets from a seed: Rng(seed) draws the training set, then the
+// validation set, as the lesson draws them from one generator.
+TaskData generate_task_data(const ModelConfig& config, int64_t train_size, int64_t val_size,
+                            uint64_t seed);
+
+// Checks a dataset against a model: shape [N, T] with N ≥ 1, tokens in [0, vocab), targets in
+// [0, classes) or −1. Throws Error naming `what` (e.g. "data.npz: 'X_train'") and the first
+// bad value with its index.
+void validate_dataset(const Dataset& d, const ModelConfig& config, const std::string& what);
+
+// Reads X_train, Y_train, X_val, Y_val (integer arrays [N, T], written by np.savez or
+// np.savez_compressed) and validates them against config. Throws FileError / Error naming
+// the file and the array.
+TaskData load_task_data(const std::string& path, const ModelConfig& config);
+
+// Accuracy counts over the positions that have an answer (target ≥ 0).
+struct Accuracy {
+  int64_t correct = 0, total = 0;
+  double value() const { return total ? static_cast<double>(correct) / static_cast<double>(total) : 0.0; }
+};
+
+}  // namespace attnkit

@@ -1,0 +1,319 @@
+#include "models/trainer.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+
+#include "engine/checkpoint.h"
+#include "engine/error.h"
+
+namespace attnkit {
+namespace {
+
+std::string float_text(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));  // round-trips a float
+  return buf;
+}
+
+std::string join(const std::vector<int64_t>& v) {
+  std::string s;
+  for (int64_t x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+const std::string& entry(const std::map<std::string, std::string>& meta, const std::string& key,
+                         const std::string& path) {
+  auto it = meta.find("config." + key);
+  if (it == meta.end()) throw FileError(path + ": checkpoint metadata has no 'config." + key + "'");
+  return it->second;
+}
+
+int64_t int_entry(const std::map<std::string, std::string>& meta, const std::string& key,
+                  const std::string& path) {
+  const std::string& s = entry(meta, key, path);
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0' || errno != 0)
+    throw FileError(path + ": checkpoint metadata 'config." + key + "' = '" + s + "' is not an integer");
+  return v;
+}
+
+bool bool_entry(const std::map<std::string, std::string>& meta, const std::string& key, const std::string& path) {
+  const std::string& s = entry(meta, key, path);
+  if (s != "true" && s != "false")
+    throw FileError(path + ": checkpoint metadata 'config." + key + "' = '" + s + "' is not true/false");
+  return s == "true";
+}
+
+}  // namespace
+
+std::map<std::string, std::string> config_entries(const ModelConfig& c, const TrainerOptions& o) {
+  return {
+      {"task", c.task},
+      {"vocab", std::to_string(c.vocab)},
+      {"classes", std::to_string(c.classes)},
+      {"seq_len", std::to_string(c.seq_len)},
+      {"d_model", std::to_string(c.d_model)},
+      {"heads", std::to_string(c.heads)},
+      {"layers", std::to_string(c.layers)},
+      {"positions", c.positions ? "true" : "false"},
+      {"causal", c.causal ? "true" : "false"},
+      {"head", c.head == HeadKind::kMlp ? "mlp" : "layernorm-linear"},
+      {"mlp_hidden", std::to_string(c.mlp_hidden)},
+      {"pre_norm", c.pre_norm ? "true" : "false"},
+      {"block_mlp", std::to_string(c.block_mlp)},
+      {"epochs", std::to_string(o.training.epochs)},
+      {"batch_size", std::to_string(o.training.batch_size)},
+      {"lr", float_text(o.training.lr)},
+      {"train_size", std::to_string(o.training.train_size)},
+      {"val_size", std::to_string(o.training.val_size)},
+      {"snapshot_steps", o.training.snapshot_steps.empty() ? "none" : join(o.training.snapshot_steps)},
+      {"seed", std::to_string(o.seed)},
+      {"sample", std::to_string(o.sample)},
+      {"data", o.data_path.empty() ? "generated" : o.data_path},
+  };
+}
+
+ModelConfig model_config_from_metadata(const std::map<std::string, std::string>& meta, const std::string& path) {
+  ModelConfig c;
+  c.task = entry(meta, "task", path);
+  c.vocab = int_entry(meta, "vocab", path);
+  c.classes = int_entry(meta, "classes", path);
+  c.seq_len = int_entry(meta, "seq_len", path);
+  c.d_model = int_entry(meta, "d_model", path);
+  c.heads = int_entry(meta, "heads", path);
+  c.layers = int_entry(meta, "layers", path);
+  c.positions = bool_entry(meta, "positions", path);
+  c.causal = bool_entry(meta, "causal", path);
+  const std::string& head = entry(meta, "head", path);
+  if (head != "mlp" && head != "layernorm-linear")
+    throw FileError(path + ": checkpoint metadata 'config.head' = '" + head + "' is not mlp/layernorm-linear");
+  c.head = head == "mlp" ? HeadKind::kMlp : HeadKind::kLayerNormLinear;
+  c.mlp_hidden = int_entry(meta, "mlp_hidden", path);
+  c.pre_norm = bool_entry(meta, "pre_norm", path);
+  c.block_mlp = int_entry(meta, "block_mlp", path);
+  try {
+    validate_config(c);
+  } catch (const Error& e) {
+    throw FileError(path + ": " + e.what());
+  }
+  return c;
+}
+
+TrainerOptions trainer_options_from_metadata(const std::map<std::string, std::string>& meta, const std::string& path) {
+  TrainerOptions o;
+  o.training.epochs = int_entry(meta, "epochs", path);
+  o.training.batch_size = int_entry(meta, "batch_size", path);
+  const std::string& lr = entry(meta, "lr", path);
+  char* end = nullptr;
+  o.training.lr = std::strtof(lr.c_str(), &end);
+  if (lr.empty() || *end != '\0') throw FileError(path + ": checkpoint metadata 'config.lr' = '" + lr + "' is not a number");
+  o.training.train_size = int_entry(meta, "train_size", path);
+  o.training.val_size = int_entry(meta, "val_size", path);
+  const std::string& steps = entry(meta, "snapshot_steps", path);
+  if (steps != "none") {
+    size_t pos = 0;
+    while (pos <= steps.size()) {
+      const size_t comma = std::min(steps.find(',', pos), steps.size());
+      const std::string item = steps.substr(pos, comma - pos);
+      char* e = nullptr;
+      const long long v = std::strtoll(item.c_str(), &e, 10);
+      if (item.empty() || *e != '\0' || v < 0)
+        throw FileError(path + ": checkpoint metadata 'config.snapshot_steps' = '" + steps + "' is malformed");
+      o.training.snapshot_steps.push_back(v);
+      pos = comma + 1;
+    }
+  }
+  o.seed = static_cast<uint64_t>(int_entry(meta, "seed", path));
+  o.sample = int_entry(meta, "sample", path);
+  const std::string& data = entry(meta, "data", path);
+  o.data_path = data == "generated" ? "" : data;
+  return o;
+}
+
+ModelRunner::ModelRunner(const ModelConfig& config, int64_t max_batch, int threads, uint64_t seed,
+                         bool with_backward)
+    : model_(build_model(config, max_batch, with_backward)),
+      executor_(std::make_unique<Executor>(*model_.graph, ExecutorOptions{threads, seed})) {}
+
+TrainingState ModelRunner::load(const std::string& path, Adam* adam) {
+  TrainingState st;
+  load_checkpoint(path, *executor_, adam, st);
+  return st;
+}
+
+namespace {
+
+const TrainerOptions& checked(const TrainerOptions& o) {
+  const TrainingConfig& t = o.training;
+  if (t.epochs < 0) throw Error("epochs must be >= 0, got " + std::to_string(t.epochs));
+  if (t.batch_size < 1) throw Error("batch size must be >= 1, got " + std::to_string(t.batch_size));
+  if (!(t.lr > 0)) throw Error("learning rate must be positive, got " + float_text(t.lr));
+  if (o.threads < 1) throw Error("threads must be >= 1, got " + std::to_string(o.threads));
+  return o;
+}
+
+}  // namespace
+
+Trainer::Trainer(const ModelConfig& config, const TrainerOptions& options, TaskData data)
+    : options_(checked(options)),
+      data_(std::move(data)),
+      runner_(config, options.training.batch_size, options.threads, options.seed, true),
+      order_rng_(options.seed + 1) {
+  const TrainingConfig& t = options_.training;
+  validate_dataset(data_.train, config, "training set");
+  if (data_.val.size > 0) validate_dataset(data_.val, config, "validation set");
+  if (options_.sample < 0 || (options_.sample > 0 && options_.sample >= data_.val.size))
+    throw Error("sample " + std::to_string(options_.sample) + " is outside the validation set (" +
+                std::to_string(data_.val.size) + " sequences)");
+  AdamOptions adam_options;
+  adam_options.lr = t.lr;
+  adam_ = std::make_unique<Adam>(runner_.executor().param_count(), adam_options);
+  epoch_rng_state_ = order_rng_.state();
+}
+
+int64_t Trainer::batches_per_epoch() const {
+  const int64_t b = options_.training.batch_size;
+  return (data_.train.size + b - 1) / b;
+}
+
+void Trainer::resume(const std::string& path) {
+  const TrainingState st = runner_.load(path, adam_.get());
+  if (st.batch_in_epoch < 0 || st.batch_in_epoch >= batches_per_epoch() || st.epoch < 0)
+    throw FileError(path + ": data position (epoch " + std::to_string(st.epoch) + ", batch " +
+                    std::to_string(st.batch_in_epoch) + ") does not fit this training set");
+  epoch_ = st.epoch;
+  batch_in_epoch_ = st.batch_in_epoch;
+  order_rng_.set_state(st.rng_state);
+  epoch_rng_state_ = st.rng_state;
+  first_step_ = adam_->steps();
+}
+
+void Trainer::save(const std::string& path) const {
+  // The RNG state saved is the one before the current epoch's shuffle, so a resume redraws the
+  // same order and skips batch_in_epoch batches.
+  TrainingState st{adam_->steps(), epoch_, batch_in_epoch_, epoch_rng_state_, config_entries(runner_.config(), options_)};
+  save_checkpoint(path, runner_.executor(), adam_.get(), st);
+}
+
+void ModelRunner::load_batch(const Dataset& d, const int64_t* rows, int64_t n, bool with_targets) {
+  const int64_t T = d.seq_len;
+  executor_->set_batch(n);
+  int32_t* ids = executor_->i32(model_.ids.id());
+  int32_t* targets = executor_->i32(model_.targets.id());
+  for (int64_t r = 0; r < n; ++r) {
+    std::memcpy(ids + r * T, d.tokens(rows[r]), static_cast<size_t>(T) * 4);
+    if (with_targets)
+      std::memcpy(targets + r * T, d.targets(rows[r]), static_cast<size_t>(T) * 4);
+    else
+      std::fill(targets + r * T, targets + (r + 1) * T, -1);
+  }
+}
+
+SequenceResult ModelRunner::run_sequence(const int32_t* tokens) {
+  const ModelConfig& c = model_.config;
+  for (int64_t i = 0; i < c.seq_len; ++i)
+    if (tokens[i] < 0 || tokens[i] >= c.vocab)
+      throw Error("token " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +
+                  " is outside the vocabulary [0, " + std::to_string(c.vocab) + ")");
+  executor_->set_batch(1);
+  std::memcpy(executor_->i32(model_.ids.id()), tokens, static_cast<size_t>(c.seq_len) * 4);
+  std::fill(executor_->i32(model_.targets.id()), executor_->i32(model_.targets.id()) + c.seq_len, -1);
+  executor_->forward();
+  SequenceResult r;
+  const int64_t per_layer = c.heads * c.seq_len * c.seq_len;
+  r.attention.resize(static_cast<size_t>(c.layers * per_layer));
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const float* a = executor_->f32(model_.attention[static_cast<size_t>(l)].attn().id());
+    std::copy(a, a + per_layer, r.attention.begin() + l * per_layer);
+  }
+  const float* logits = executor_->f32(model_.logits.id());
+  for (int64_t i = 0; i < c.seq_len; ++i) {
+    const float* row = logits + i * c.classes;
+    r.predictions.push_back(static_cast<int32_t>(std::max_element(row, row + c.classes) - row));
+  }
+  return r;
+}
+
+Accuracy ModelRunner::evaluate(const Dataset& d, std::vector<int32_t>* predictions) {
+  const ModelConfig& c = model_.config;
+  if (d.size > 0) validate_dataset(d, c, "evaluation set");
+  Accuracy acc;
+  if (predictions) predictions->assign(static_cast<size_t>(d.size * c.seq_len), 0);
+  const int64_t B = model_.graph->max_batch();
+  std::vector<int64_t> rows(static_cast<size_t>(B));
+  for (int64_t start = 0; start < d.size; start += B) {
+    const int64_t n = std::min(B, d.size - start);
+    std::iota(rows.begin(), rows.begin() + n, start);
+    load_batch(d, rows.data(), n, false);
+    executor_->forward();
+    const float* logits = executor_->f32(model_.logits.id());
+    for (int64_t r = 0; r < n * c.seq_len; ++r) {
+      const float* row = logits + r * c.classes;
+      const int32_t pred = static_cast<int32_t>(std::max_element(row, row + c.classes) - row);
+      const int32_t target = d.y[static_cast<size_t>(start * c.seq_len + r)];
+      if (predictions) (*predictions)[static_cast<size_t>(start * c.seq_len + r)] = pred;
+      if (target < 0) continue;
+      ++acc.total;
+      acc.correct += pred == target;
+    }
+  }
+  return acc;
+}
+
+void Trainer::take_snapshot() {
+  if (data_.val.size == 0) return;
+  snapshot_steps_.push_back(adam_->steps());
+  snapshots_.push_back(run_sequence(data_.val.tokens(options_.sample)).attention);
+}
+
+void Trainer::train(const std::function<void(const StepReport&)>& on_step,
+                    const std::function<void(const EpochReport&)>& on_epoch) {
+  using Clock = std::chrono::steady_clock;
+  const TrainingConfig& t = options_.training;
+  const int64_t N = data_.train.size, B = t.batch_size, nb = batches_per_epoch();
+  const int64_t total_steps = t.epochs * nb;
+  auto wanted = [&](int64_t step) {
+    return std::find(t.snapshot_steps.begin(), t.snapshot_steps.end(), step) != t.snapshot_steps.end();
+  };
+  std::vector<int64_t> perm(static_cast<size_t>(N));
+  for (; epoch_ < t.epochs; ++epoch_) {
+    epoch_rng_state_ = order_rng_.state();
+    std::iota(perm.begin(), perm.end(), 0);
+    order_rng_.shuffle(perm.data(), N);
+    double loss_sum = 0, seconds = 0;
+    int64_t steps = 0;
+    for (; batch_in_epoch_ < nb; ++batch_in_epoch_) {
+      if (wanted(adam_->steps())) take_snapshot();
+      const int64_t start = batch_in_epoch_ * B;
+      const auto t0 = Clock::now();
+      runner_.load_batch(data_.train, perm.data() + start, std::min(B, N - start), true);
+      runner_.executor().train_step(adam_.get());
+      const float loss = runner_.executor().f32(runner_.model().loss.id())[0];
+      seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+      losses_.push_back(loss);
+      last_loss_ = loss;
+      loss_sum += loss;
+      ++steps;
+      if (on_step) on_step({adam_->steps(), total_steps, epoch_, loss});
+    }
+    batch_in_epoch_ = 0;
+    train_seconds_ += seconds;
+    epoch_rng_state_ = order_rng_.state();
+    if (on_epoch) {
+      const double acc = data_.val.size > 0 ? evaluate(data_.val).value() : 0.0;
+      on_epoch({epoch_, adam_->steps(), steps ? loss_sum / static_cast<double>(steps) : 0.0, acc,
+                seconds > 0 ? static_cast<double>(steps) / seconds : 0.0});
+    }
+  }
+  epoch_rng_state_ = order_rng_.state();
+  if (wanted(adam_->steps())) take_snapshot();
+}
+
+}  // namespace attnkit

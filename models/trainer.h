@@ -1,0 +1,139 @@
+// Training a task model the way lesson 004 does: Adam, epochs that each reshuffle the training
+// set and train on the final partial batch too, loss per step, validation accuracy per epoch,
+// snapshots of one fixed sequence's attention at chosen steps, and checkpoints that resume
+// bit for bit (training 8 epochs equals training 4 and resuming to 8, same thread count).
+//
+// Randomness, all from one seed: parameters from Executor seed `seed`; generated data from
+// Rng(seed) (models/tasks.h); the order of the training set from Rng(seed + 1).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../engine/checkpoint.h"
+#include "../engine/executor.h"
+#include "../engine/optimizer.h"
+#include "../engine/rng.h"
+#include "lessons.h"
+#include "tasks.h"
+
+namespace attnkit {
+
+struct TrainerOptions {
+  TrainingConfig training;
+  uint64_t seed = 0;
+  int threads = 1;
+  int64_t sample = 0;  // validation sequence whose attention is snapshotted
+  std::string data_path;  // the .npz the data came from ("" = generated from the seed)
+};
+
+struct StepReport {
+  int64_t step;               // optimizer steps taken, this one included
+  int64_t total_steps;        // at the end of training
+  int64_t epoch;              // 0-based
+  float loss;
+};
+
+struct EpochReport {
+  int64_t epoch;              // 0-based, just finished
+  int64_t step;               // optimizer steps taken so far
+  double mean_loss;           // over this epoch's steps
+  double val_accuracy;
+  double steps_per_second;    // this epoch's training steps
+};
+
+// The attention of one sequence and the model's answers.
+struct SequenceResult {
+  std::vector<float> attention;     // [layers, heads, T, T]
+  std::vector<int32_t> predictions; // [T]: argmax over classes
+};
+
+// The checkpoint "config." entries of a model and its training, and back.
+std::map<std::string, std::string> config_entries(const ModelConfig& model, const TrainerOptions& options);
+// Rebuilds the model configuration from read_checkpoint_metadata(); throws FileError naming
+// `path` for a missing or malformed entry.
+ModelConfig model_config_from_metadata(const std::map<std::string, std::string>& meta, const std::string& path);
+// The training options stored with it (epochs, batch_size, lr, seed, sizes, snapshot steps).
+TrainerOptions trainer_options_from_metadata(const std::map<std::string, std::string>& meta, const std::string& path);
+
+// A built model with its executor: evaluation and single-sequence runs (also for a model
+// loaded from a checkpoint, without training).
+class ModelRunner {
+ public:
+  ModelRunner(const ModelConfig& config, int64_t max_batch, int threads, uint64_t seed, bool with_backward);
+  // Loads the parameters (and, with an Adam, its moments) from a checkpoint of this model.
+  TrainingState load(const std::string& checkpoint_path, Adam* adam = nullptr);
+
+  // Accuracy over the positions with an answer; predictions (optional) gets [size, T].
+  Accuracy evaluate(const Dataset& d, std::vector<int32_t>* predictions = nullptr);
+  // Attention maps and predictions of one sequence of T tokens (checked against the vocab).
+  SequenceResult run_sequence(const int32_t* tokens);
+  // Copies rows of d into the inputs (targets −1 when with_targets is false).
+  void load_batch(const Dataset& d, const int64_t* rows, int64_t n, bool with_targets);
+
+  const Model& model() const { return model_; }
+  const ModelConfig& config() const { return model_.config; }
+  Executor& executor() const { return *executor_; }
+
+ private:
+  Model model_;
+  std::unique_ptr<Executor> executor_;
+};
+
+class Trainer {
+ public:
+  // data.val may be empty (size 0): validation accuracy is then reported as 0.
+  Trainer(const ModelConfig& config, const TrainerOptions& options, TaskData data);
+
+  // Loads parameters, Adam moments and the data position from a checkpoint of the same model.
+  void resume(const std::string& checkpoint_path);
+
+  // Trains until options.training.epochs epochs are done. Callbacks may be empty.
+  void train(const std::function<void(const StepReport&)>& on_step = {},
+             const std::function<void(const EpochReport&)>& on_epoch = {});
+
+  Accuracy evaluate(const Dataset& d, std::vector<int32_t>* predictions = nullptr) {
+    return runner_.evaluate(d, predictions);
+  }
+  SequenceResult run_sequence(const int32_t* tokens) { return runner_.run_sequence(tokens); }
+
+  // Writes the checkpoint (atomically) at the current position.
+  void save(const std::string& path) const;
+
+  const ModelConfig& config() const { return runner_.config(); }
+  const TrainerOptions& options() const { return options_; }
+  const TaskData& data() const { return data_; }
+  const Executor& executor() const { return runner_.executor(); }
+  int64_t step() const { return adam_->steps(); }
+  int64_t batches_per_epoch() const;
+  const std::vector<float>& losses() const { return losses_; }       // steps taken by this object
+  int64_t first_step() const { return first_step_; }                  // step of losses()[0], minus 1
+  double train_seconds() const { return train_seconds_; }             // time in training steps
+  float last_loss() const { return last_loss_; }
+  // Snapshots taken: steps and [layers, heads, T, T] maps each.
+  const std::vector<int64_t>& snapshot_steps() const { return snapshot_steps_; }
+  const std::vector<std::vector<float>>& snapshots() const { return snapshots_; }
+
+ private:
+  void take_snapshot();
+
+  TrainerOptions options_;
+  TaskData data_;
+  ModelRunner runner_;
+  std::unique_ptr<Adam> adam_;
+  Rng order_rng_;
+  std::array<uint64_t, 4> epoch_rng_state_{};  // order RNG before the current epoch's shuffle
+  int64_t epoch_ = 0, batch_in_epoch_ = 0;
+  int64_t first_step_ = 0;
+  std::vector<float> losses_;
+  float last_loss_ = 0.0f;
+  double train_seconds_ = 0.0;
+  std::vector<int64_t> snapshot_steps_;
+  std::vector<std::vector<float>> snapshots_;
+};
+
+}  // namespace attnkit
