@@ -237,6 +237,63 @@ HWY_INLINE void DirectRows(DF d, const GemmArgs& g, int64_t i, const float* b, i
   }
 }
 
+// dst[kk·ldd + j] = src[j·lds + kk] for j < n, kk < k: op(B) of a transposed B as a k × n
+// row-major panel. With 8-lane vectors, 8 × 8 blocks are transposed in registers (a ragged
+// last block overlaps the one before it and rewrites the same values); vector stores also let
+// the kernel's vector loads that follow forward from them.
+HWY_INLINE void CopyTransposedScalar(const float* HWY_RESTRICT src, int64_t lds, int64_t n,
+                                     int64_t k, float* HWY_RESTRICT dst, int64_t ldd) {
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t kk = 0; kk < k; ++kk) dst[kk * ldd + j] = src[j * lds + kk];
+  }
+}
+
+#if HWY_TARGET == HWY_AVX2
+HWY_INLINE void Transpose8x8(DF d, const float* HWY_RESTRICT src, int64_t lds,
+                             float* HWY_RESTRICT dst, int64_t ldd) {
+  const hn::Repartition<double, DF> dd;
+  VF r[8];
+  for (int i = 0; i < 8; ++i) r[i] = hn::LoadU(d, src + i * lds);
+  VF t[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = hn::InterleaveLower(d, r[i], r[i + 1]);
+    t[i + 1] = hn::InterleaveUpper(d, r[i], r[i + 1]);
+  }
+  VF u[8];
+  for (int h = 0; h < 8; h += 4) {
+    for (int i = 0; i < 2; ++i) {
+      const auto a = hn::BitCast(dd, t[h + i]), b = hn::BitCast(dd, t[h + 2 + i]);
+      u[h + 2 * i] = hn::BitCast(d, hn::InterleaveLower(dd, a, b));
+      u[h + 2 * i + 1] = hn::BitCast(d, hn::InterleaveUpper(dd, a, b));
+    }
+  }
+  for (int c = 0; c < 4; ++c) {
+    hn::StoreU(hn::ConcatLowerLower(d, u[4 + c], u[c]), d, dst + c * ldd);
+    hn::StoreU(hn::ConcatUpperUpper(d, u[4 + c], u[c]), d, dst + (c + 4) * ldd);
+  }
+}
+#endif
+
+HWY_INLINE void CopyTransposed(DF d, const float* HWY_RESTRICT src, int64_t lds, int64_t n,
+                               int64_t k, float* HWY_RESTRICT dst, int64_t ldd) {
+#if HWY_TARGET == HWY_AVX2
+  if (n >= 8 && k >= 8) {
+    for (int64_t j = 0;; j += 8) {
+      j = std::min(j, n - 8);
+      for (int64_t kk = 0;; kk += 8) {
+        kk = std::min(kk, k - 8);
+        Transpose8x8(d, src + j * lds + kk, lds, dst + kk * ldd + j, ldd);
+        if (kk + 8 >= k) break;
+      }
+      if (j + 8 >= n) break;
+    }
+    return;
+  }
+#endif
+  (void)d;
+  CopyTransposedScalar(src, lds, n, k, dst, ldd);
+}
+
 inline void GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
@@ -249,12 +306,8 @@ inline void GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
     float* panel = gemm_detail::thread_scratch(1, static_cast<size_t>(g.k * width));
     for (int64_t kk = 0; kk < g.k; ++kk)
       for (int64_t j = 0; j < pad; ++j) panel[kk * width + j] = 0.0f;
-    if (g.trans_b) {  // read rows of B contiguously; the scattered writes stay in L1
-      for (int64_t j = j0; j < j1; ++j) {
-        const float* src = g.b + j * g.ldb;
-        float* dst = panel + pad + (j - j0);
-        for (int64_t kk = 0; kk < g.k; ++kk) dst[kk * width] = src[kk];
-      }
+    if (g.trans_b) {
+      CopyTransposed(d, g.b + j0 * g.ldb, g.ldb, j1 - j0, g.k, panel + pad, width);
     } else {
       for (int64_t kk = 0; kk < g.k; ++kk)
         for (int64_t j = j0; j < j1; ++j) panel[kk * width + pad + j - j0] = g.b[kk * g.ldb + j];
