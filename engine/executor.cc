@@ -188,9 +188,9 @@ void Executor::forward() {
 int Executor::threads_for_training_step() {
   if (threads_ == 1 || !adaptive_) return threads_;
   if (probe_runs_left_ > 0) return probe_runs_left_ % 2 == 0 ? threads_ : 1;
-  if (--runs_until_probe_ <= 0) {  // start a probe: 3 runs each way, the best of each counts
-    probe_runs_left_ = 6;
-    best_parallel_ = best_serial_ = 1e300;
+  if (--runs_until_probe_ <= 0) {  // start a probe: 4 runs each way, interleaved
+    probe_runs_left_ = 8;
+    best_parallel_ = best_serial_ = 0;
     return threads_;
   }
   return threads_in_use();
@@ -198,8 +198,9 @@ int Executor::threads_for_training_step() {
 
 void Executor::record_training_step(int threads, double seconds) {
   if (probe_runs_left_ <= 0) return;
-  double& best = threads == 1 ? best_serial_ : best_parallel_;
-  best = std::min(best, seconds);
+  // Sums, not minima: on a busy machine parallel runs vary most, and the best of a few
+  // would favour them; the mean is what a long run will see.
+  (threads == 1 ? best_serial_ : best_parallel_) += seconds;
   if (--probe_runs_left_ > 0) return;
   const bool parallel = best_parallel_ < 0.95 * best_serial_;
   probe_interval_ = parallel == parallel_ ? std::min<int64_t>(probe_interval_ * 2, 8192) : 64;

@@ -81,7 +81,7 @@ class Executor final : public RunContext {
   bool adaptive_;
   bool parallel_ = true;
   int probe_runs_left_ = 0;
-  double best_parallel_ = 0, best_serial_ = 0;
+  double best_parallel_ = 0, best_serial_ = 0;  // summed seconds of the probe runs
   int64_t runs_until_probe_ = 1, probe_interval_ = 64;
 
  public:
