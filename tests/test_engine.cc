@@ -53,6 +53,13 @@ std::vector<ModelConfig> configs_under_test() {
   deep.heads = 4;
   deep.causal = true;
   cs.push_back(deep);
+  ModelConfig block = lesson_config("reversal");  // a small 2-layer pre-LN transformer
+  block.task = "pre-norm-transformer";
+  block.layers = 2;
+  block.heads = 2;
+  block.pre_norm = true;
+  block.block_mlp = 24;
+  cs.push_back(block);
   return cs;
 }
 
@@ -98,8 +105,11 @@ TEST_CASE("lesson model losses match a double reference and gradients match fini
 }
 
 TEST_CASE("memory plan: no live overlap and arena within 5% of the liveness lower bound") {
-  for (const ModelConfig& c : configs_under_test()) {
-    Model m = build_model(c, 64);
+  std::vector<ModelConfig> configs = configs_under_test();
+  configs.push_back(lesson_config("reversal-large"));  // 2 pre-LN blocks, D 256, T 128
+  configs.push_back(lesson_config("induction"));
+  for (const ModelConfig& c : configs) {
+    Model m = build_model(c, c.seq_len > 64 ? 32 : 64);
     MemoryPlan plan = plan_memory(*m.graph);
     INFO(c.task << ": arena " << plan.arena_bytes << " lower bound " << plan.lower_bound_bytes);
     REQUIRE_NOTHROW(check_plan(*m.graph, plan));
