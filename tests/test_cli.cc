@@ -1,0 +1,261 @@
+// The attnkit program end to end: each subcommand on small settings, its files read back by
+// numpy (/usr/bin/python3), exit codes 2 for usage errors and 1 (one "error:" line) otherwise.
+#include <catch2/catch.hpp>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+fs::path scratch(const std::string& name) {
+  fs::path dir = fs::path(ATTNKIT_BINARY_DIR) / "test_cli_tmp" / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+Result sh(const std::string& command, const fs::path& dir) {
+  const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
+  const std::string full = command + " > '" + out.string() + "' 2> '" + err.string() + "'";
+  const int status = std::system(full.c_str());
+  Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  INFO(command << "\nstdout: " << r.out << "\nstderr: " << r.err);
+  return r;
+}
+
+Result attnkit(const std::string& args, const fs::path& dir) {
+  return sh(std::string("'") + ATTNKIT_CLI + "' " + args, dir);
+}
+
+// Runs a numpy script; its stdout is returned. The script sees the folder as `d`.
+std::string numpy(const std::string& script, const fs::path& dir) {
+  const fs::path py = dir / "check.py";
+  std::ofstream(py) << "import numpy as np, json, sys\nd = " << "'" << dir.string() << "'\n" << script << "\n";
+  const Result r = sh("/usr/bin/python3 '" + py.string() + "'", dir);
+  INFO(script << "\n" << r.err);
+  REQUIRE(r.code == 0);
+  return r.out;
+}
+
+std::string fmt_accuracy(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "accuracy %.4f", v);
+  return buf;
+}
+
+nlohmann::json json_file(const fs::path& p) { return nlohmann::json::parse(slurp(p)); }
+
+void expect_usage_error(const std::string& args, const std::string& names, const fs::path& dir) {
+  const Result r = attnkit(args, dir);
+  INFO(args << " → " << r.err);
+  CHECK(r.code == 2);
+  CHECK(r.err.find(names) != std::string::npos);
+}
+
+void expect_runtime_error(const std::string& args, const std::string& names, const fs::path& dir) {
+  const Result r = attnkit(args, dir);
+  INFO(args << " → " << r.err);
+  CHECK(r.code == 1);
+  CHECK(r.err.rfind("error: ", 0) == 0);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(r.err.find(names) != std::string::npos);
+}
+
+TEST_CASE("train reversal at the lesson's settings: accuracy, files numpy reads, snapshots") {
+  const fs::path dir = scratch("reversal");
+  const Result r = attnkit("train reversal --out '" + (dir / "run").string() + "'", dir);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("epoch 3/3") != std::string::npos);  // one plain line per epoch (not a tty)
+  CHECK(r.out.find("\r") == std::string::npos);
+  const fs::path run = dir / "run";
+  for (const char* f : {"metrics.json", "attention.npy", "meta.json", "loss.csv", "model.safetensors", "snapshots.npy"})
+    CHECK(fs::exists(run / f));
+  CHECK_FALSE(fs::exists(run / "rollout.npy"));  // one layer
+
+  const auto metrics = json_file(run / "metrics.json");
+  for (const char* key : {"task", "seed", "epochs", "steps", "val_accuracy", "final_loss", "train_seconds",
+                          "steps_per_second", "threads", "arena_bytes", "arena_lower_bound_bytes"})
+    CHECK(metrics.contains(key));
+  CHECK(metrics["steps"] == 3 * 63);  // 2000 / 32 → 63 batches, the last one partial
+  CHECK(metrics["val_accuracy"].get<double>() > 0.9);  // chance is 0.1
+  CHECK(metrics["arena_bytes"].get<int64_t>() >= metrics["arena_lower_bound_bytes"].get<int64_t>());
+
+  const auto meta = json_file(run / "meta.json");
+  CHECK(meta["tokens"].size() == 8);
+  CHECK(meta["labels"][1].get<std::string>() == std::to_string(meta["tokens"][1].get<int>()) + "\u00b71");
+  CHECK(meta["snapshot_steps"] == nlohmann::json({0, 10, 20, 30, 60}));
+  CHECK(meta["predictions"].size() == 8);
+
+  const std::string out = numpy(R"(
+a = np.load(d + '/run/attention.npy'); s = np.load(d + '/run/snapshots.npy')
+assert a.dtype == np.float32 and a.shape == (1, 1, 8, 8), (a.dtype, a.shape)
+assert s.dtype == np.float32 and s.shape == (5, 1, 1, 8, 8), s.shape
+assert np.allclose(a.sum(-1), 1, atol=1e-5) and np.allclose(s.sum(-1), 1, atol=1e-5)
+# trained reversal looks at the mirrored position
+print(int((a[0, 0].argmax(-1) == np.arange(8)[::-1]).sum()))
+)", dir);
+  CHECK(std::stoi(out) >= 7);
+  const std::string csv = slurp(run / "loss.csv");
+  CHECK(csv.rfind("step,loss\n1,", 0) == 0);
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 3 * 63);
+}
+
+TEST_CASE("train two layers: rollout.npy, then eval and infer on the checkpoint") {
+  const fs::path dir = scratch("induction");
+  const std::string run = (dir / "run").string();
+  REQUIRE(attnkit("train induction --epochs 1 --train-size 640 --val-size 50 --d-model 32 --out '" + run + "'", dir).code == 0);
+  numpy(R"(
+a = np.load(d + '/run/attention.npy'); r = np.load(d + '/run/rollout.npy')
+assert a.shape == (2, 1, 16, 16) and r.shape == (16, 16), (a.shape, r.shape)
+assert np.allclose(r.sum(-1), 1, atol=1e-5)
+assert np.allclose(np.triu(a, 1), 0)   # causal
+R = np.eye(16)
+for A in a.mean(axis=1):
+    A = 0.5 * A + 0.5 * np.eye(16); A = A / A.sum(axis=1, keepdims=True); R = A @ R
+assert np.allclose(R, r, atol=1e-5)
+)", dir);
+
+  Result e = attnkit("eval --checkpoint '" + run + "' --val-size 30", dir);
+  CHECK(e.code == 0);
+  CHECK(e.out.find("accuracy") != std::string::npos);
+  CHECK(e.out.find("30 fresh sequences") != std::string::npos);
+
+  const std::string out = (dir / "infer").string();
+  Result i = attnkit("infer --checkpoint '" + run + "/model.safetensors' --tokens '0 1 2 3 4 5 6 7 8 9 10 11 2 3 4 5' --out '" + out + "'", dir);
+  REQUIRE(i.code == 0);
+  CHECK(i.out.find("predictions") != std::string::npos);
+  const auto meta = json_file(fs::path(out) / "meta.json");
+  CHECK(meta["targets"][12] == 3);
+  CHECK(meta["targets"][0].is_number());
+  numpy("a = np.load(d + '/infer/attention.npy'); assert a.shape == (2, 1, 16, 16); np.load(d + '/infer/rollout.npy')", dir);
+
+  expect_usage_error("infer --checkpoint '" + run + "' --tokens '1 2 3'", "--tokens", dir);
+  expect_usage_error("infer --checkpoint '" + run + "' --tokens '0 1 2 3 4 5 6 7 8 9 10 11 2 3 4 99'", "--tokens", dir);
+}
+
+TEST_CASE("resume: 2 epochs + resume to 4 equals 4 epochs, bitwise") {
+  const fs::path dir = scratch("resume");
+  const std::string common = "train neighbor-sum --train-size 300 --val-size 40 --seed 3 --snapshot-steps 0,4,7 ";
+  REQUIRE(attnkit(common + "--epochs 4 --out '" + (dir / "full").string() + "'", dir).code == 0);
+  REQUIRE(attnkit(common + "--epochs 2 --out '" + (dir / "half").string() + "'", dir).code == 0);
+  const Result r = attnkit("train neighbor-sum --epochs 4 --resume '" + (dir / "half").string() + "' --out '" +
+                               (dir / "resumed").string() + "'", dir);
+  REQUIRE(r.code == 0);
+  for (const char* f : {"model.safetensors", "loss.csv", "attention.npy", "snapshots.npy", "meta.json"}) {
+    INFO(f);
+    CHECK(slurp(dir / "full" / f) == slurp(dir / "resumed" / f));
+  }
+  CHECK(json_file(dir / "resumed" / "metrics.json")["steps"] == 4 * 5);
+  expect_usage_error("train neighbor-sum --epochs 4 --lr 0.1 --resume '" + (dir / "half").string() + "'", "--lr", dir);
+  expect_usage_error("train reversal --resume '" + (dir / "half").string() + "'", "neighbor-sum", dir);
+}
+
+TEST_CASE("train with data from numpy trains on its arrays; bad arrays are clear errors") {
+  const fs::path dir = scratch("data");
+  numpy(R"(
+rng = np.random.default_rng(0)
+def make(n):
+    X = rng.integers(0, 12, (n, 10))
+    return X, ((X[:, :, None] == X[:, None, :]).sum(axis=-1) > 1).astype(int)
+Xt, Yt = make(3000); Xv, Yv = make(500)
+np.savez_compressed(d + '/dup.npz', X_train=Xt, Y_train=Yt, X_val=Xv, Y_val=Yv)
+np.savez(d + '/float.npz', X_train=Xt.astype(np.float32), Y_train=Yt, X_val=Xv, Y_val=Yv)
+np.savez(d + '/names.npz', X=Xt, Y_train=Yt, X_val=Xv, Y_val=Yv)
+Xb = Xv.copy(); Xb[2, 3] = 12
+np.savez(d + '/token.npz', X_train=Xt, Y_train=Yt, X_val=Xb, Y_val=Yv)
+)", dir);
+  const std::string run = (dir / "run").string();
+  REQUIRE(attnkit("train duplicates --epochs 3 --data '" + (dir / "dup.npz").string() + "' --out '" + run + "'", dir).code == 0);
+  const auto metrics = json_file(fs::path(run) / "metrics.json");
+  CHECK(metrics["train_size"] == 3000);
+  CHECK(metrics["val_accuracy"].get<double>() > 0.85);
+  Result e = attnkit("eval --checkpoint '" + run + "' --data '" + (dir / "dup.npz").string() + "'", dir);
+  CHECK(e.code == 0);
+  CHECK(e.out.find(fmt_accuracy(metrics["val_accuracy"].get<double>())) != std::string::npos);
+
+  expect_runtime_error("train duplicates --data '" + (dir / "float.npz").string() + "'", "'X_train' has dtype <f4", dir);
+  expect_runtime_error("train duplicates --data '" + (dir / "names.npz").string() + "'", "no array 'X_train'", dir);
+  expect_runtime_error("train duplicates --data '" + (dir / "token.npz").string() + "'", "token 12 at [2, 3]", dir);
+  expect_runtime_error("train reversal --data '" + (dir / "dup.npz").string() + "'", "length 10", dir);
+}
+
+TEST_CASE("usage errors exit 2 naming the flag; missing files exit 1 with one error line") {
+  const fs::path dir = scratch("errors");
+  expect_usage_error("train no-such-task", "no-such-task", dir);
+  expect_usage_error("train reversal --epochs abc", "--epochs", dir);
+  expect_usage_error("train reversal --bogus 1", "--bogus", dir);
+  expect_usage_error("train reversal --heads 3", "--heads", dir);
+  expect_usage_error("train reversal --batch-size 0", "--batch-size", dir);
+  expect_usage_error("train reversal --snapshot-steps 1,x", "--snapshot-steps", dir);
+  expect_usage_error("train reversal --val-size 5 --sample 9", "--sample", dir);
+  expect_usage_error("eval", "--checkpoint", dir);
+  expect_usage_error("demo nope", "nope", dir);
+  expect_usage_error("", "subcommand", dir);
+  expect_runtime_error("eval --checkpoint '" + (dir / "missing.safetensors").string() + "'", "missing.safetensors", dir);
+  expect_runtime_error("train reversal --data '" + (dir / "missing.npz").string() + "'", "missing.npz", dir);
+  expect_runtime_error("rollout '" + (dir / "missing.npy").string() + "' --out x.npy", "missing.npy", dir);
+  CHECK(attnkit("--help", dir).code == 0);
+}
+
+TEST_CASE("rollout of a numpy-written [layers, heads, T, T] array equals the lesson's rollout") {
+  const fs::path dir = scratch("rollout");
+  numpy(R"(
+rng = np.random.default_rng(1)
+a = rng.random((3, 2, 5, 5)); a /= a.sum(-1, keepdims=True)
+np.save(d + '/maps.npy', a)
+np.save(d + '/flat.npy', a[0])
+)", dir);
+  REQUIRE(attnkit("rollout '" + (dir / "maps.npy").string() + "' --out '" + (dir / "r.npy").string() + "'", dir).code == 0);
+  numpy(R"(
+a = np.load(d + '/maps.npy'); r = np.load(d + '/r.npy')
+R = np.eye(5)
+for A in a.mean(axis=1):
+    A = 0.5 * A + 0.5 * np.eye(5); A = A / A.sum(axis=1, keepdims=True); R = A @ R
+assert r.dtype == np.float32 and np.allclose(R, r, atol=1e-6) and np.allclose(r.sum(-1), 1, atol=1e-6)
+)", dir);
+  expect_runtime_error("rollout '" + (dir / "flat.npy").string() + "' --out x.npy", "[layers, heads, T, T]", dir);
+}
+
+TEST_CASE("demos print lesson 000's numbers") {
+  const fs::path dir = scratch("demo");
+  const Result lookup = attnkit("demo lookup", dir);
+  REQUIRE(lookup.code == 0);
+  CHECK(lookup.out.find("запрос про еду           : оценки [3.  2.7 0.  0.3], веса [0.54 0.4  0.03 0.04]") !=
+        std::string::npos);
+  CHECK(lookup.out.find("запрос непонятно про что : оценки [1.5 1.8 1.5 1.5], веса [0.23 0.31 0.23 0.23]") !=
+        std::string::npos);
+  const Result scaling = attnkit("demo scaling", dir);
+  REQUIRE(scaling.code == 0);
+  CHECK(std::count(scaling.out.begin(), scaling.out.end(), '\n') == 7);
+  const Result masks = attnkit("demo masks", dir);
+  REQUIRE(masks.code == 0);
+  CHECK(masks.out.find(" [[1.   0.   0.   0.  ]") != std::string::npos);  // causal: the first row sees only itself
+  const Result align = attnkit("demo alignment --out '" + (dir / "w.npy").string() + "'", dir);
+  REQUIRE(align.code == 0);
+  CHECK(align.out.find("сидела") != std::string::npos);
+  numpy("w = np.load(d + '/w.npy'); assert w.shape == (5, 7) and abs(w[2, 3] - 0.88) < 1e-6", dir);
+}
+
+}  // namespace

@@ -1,0 +1,55 @@
+// The attnkit subcommands, each a function of its parsed arguments. tools/attnkit.cc parses
+// the command line (CLI11) and maps errors to exit codes: UsageError → 2, any other → 1.
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace attnkit::cli {
+
+// A bad command line found after parsing (e.g. --heads that does not divide --d-model).
+// The message names the flag.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Settings given on the command line; `given` lists the flags the user set explicitly (long
+// names without dashes), so defaults can come from the lesson or from a checkpoint.
+struct TrainArgs {
+  std::string task;
+  int64_t epochs = 0, batch_size = 0, train_size = 0, val_size = 0;
+  int64_t layers = 0, heads = 0, d_model = 0, mlp = 0, sample = 0;
+  float lr = 0;
+  uint64_t seed = 0;
+  int threads = 1;
+  bool causal = false, pre_norm = false, quiet = false;
+  std::string snapshot_steps, data, out, resume;
+  std::vector<std::string> given;
+  bool has(const std::string& flag) const;
+};
+int run_train(const TrainArgs& args);
+
+struct EvalArgs {
+  std::string checkpoint, data;
+  int64_t val_size = 0;
+  uint64_t seed = 0;
+  int threads = 1;
+  std::vector<std::string> given;
+};
+int run_eval(const EvalArgs& args);
+
+struct InferArgs {
+  std::string checkpoint, tokens, out;
+  int threads = 1;
+};
+int run_infer(const InferArgs& args);
+
+int run_rollout(const std::string& input, const std::string& output);
+
+// name: lookup, scaling, masks, alignment; out: alignment's .npy ("" = none).
+int run_demo(const std::string& name, const std::string& out);
+const std::vector<std::string>& demo_names();
+
+}  // namespace attnkit::cli
