@@ -45,6 +45,12 @@ inline bool use_packed_path(int64_t m, int64_t n, int64_t k) {
   return (k > 256 && m >= 96 && n >= 96) || (n > 512 && m > 64) || (k > 128 && n > 256 && m > 256);
 }
 
+// Thin C with a transposed A (dW = xᵀ·dy of a narrow layer): the direct path computes Cᵀ so
+// its vectors run along m (see GemmSwapped). Only for shapes the packed path does not take.
+inline bool use_swapped_path(bool trans_a, int64_t m, int64_t n) {
+  return trans_a && n <= 12 && m >= 2 * n;
+}
+
 }  // namespace attnkit::gemm_detail
 #endif  // ATTNKIT_OPS_GEMM_KERNELS_SHARED_H_
 
@@ -330,6 +336,89 @@ inline void GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
   }
 }
 
+// ------------------------------------------------------------------ swapped direct path
+// A thin C (few columns) with a transposed A: computed as Cᵀ = op(B)ᵀ·op(A)ᵀ, whose "B" rows
+// are the rows of A as stored (contiguous over i), so the vectors run along the long side of C
+// instead of wasting lanes on its few columns. Each element is still one FMA chain over k in
+// increasing order; only the store is transposed. Chosen by shape only (use_swapped_path).
+
+// C[base + l, j + r] for lanes l in [la, lb) of acc[r][v], combined as `combine` says.
+template <int R>
+HWY_INLINE void StoreSwapped(DF d, const GemmArgs& g, const VF (&acc)[kMR][2], int v,
+                             int64_t j, int64_t base, int64_t la, int64_t lb) {
+  const Combine combine = FirstCombine(g.beta);
+  const bool read = combine != Combine::kOverwrite;
+  const VF va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
+  HWY_ALIGN float tmp[hn::MaxLanes(DF())];
+  float* HWY_RESTRICT c = g.c + base * g.ldc + j;
+  for (int r = 0; r < R; ++r) {
+    VF old = hn::Zero(d);
+    if (read) {
+      hn::Store(old, d, tmp);
+      for (int64_t l = la; l < lb; ++l) tmp[l] = c[l * g.ldc + r];
+      old = hn::Load(d, tmp);
+    }
+    hn::Store(CombineVec(d, acc[r][v], va, vb, old, combine), d, tmp);
+    for (int64_t l = la; l < lb; ++l) c[l * g.ldc + r] = tmp[l];
+  }
+}
+
+// Rows j..j+R of Cᵀ (columns of C) over the columns of Cᵀ (rows of C) whose "B" vectors start
+// at x + (i - i0) (row stride ldx); the tile layout is decided by GemmSwapped.
+template <int R>
+HWY_INLINE void SwappedTile(DF d, const GemmArgs& g, int64_t j, const float* x, int64_t ldx,
+                            int64_t i0, int64_t i, int64_t i1, bool narrow) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), t = i1 - i;
+  // op(B)ᵀ(j + r, kk) = op(B)(kk, j + r).
+  const int64_t ar = g.trans_b ? g.ldb : 1, ak = g.trans_b ? 1 : g.ldb;
+  const float* a = g.b + j * ar;
+  VF acc[kMR][2];
+  if (t >= 2 * lanes) {
+    AccumulateTile<R, 2>(d, g.k, a, ar, ak, x + (i - i0), x + (i - i0) + lanes, ldx, acc);
+    StoreSwapped<R>(d, g, acc, 0, j, i, 0, lanes);
+    StoreSwapped<R>(d, g, acc, 1, j, i + lanes, 0, lanes);
+  } else if (t > lanes) {  // [i, i + V) and [i1 - V, i1), overlapping
+    AccumulateTile<R, 2>(d, g.k, a, ar, ak, x + (i - i0), x + (i1 - lanes - i0), ldx, acc);
+    StoreSwapped<R>(d, g, acc, 0, j, i, 0, lanes);
+    StoreSwapped<R>(d, g, acc, 1, j, i1 - lanes, 2 * lanes - t, lanes);
+  } else if (!narrow) {  // [i1 - V, i1), overlapping the previous tile
+    AccumulateTile<R, 1>(d, g.k, a, ar, ak, x + (i1 - lanes - i0), nullptr, ldx, acc);
+    StoreSwapped<R>(d, g, acc, 0, j, i1 - lanes, lanes - t, lanes);
+  } else {  // fewer than V rows in all: x is a zero-padded panel one vector wide
+    AccumulateTile<R, 1>(d, g.k, a, ar, ak, x, nullptr, ldx, acc);
+    StoreSwapped<R>(d, g, acc, 0, j, i, 0, t);
+  }
+}
+
+inline void GemmSwapped(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), nr = 2 * lanes;
+  // op(A)ᵀ(kk, i) = a[kk·lda + i] (A is transposed).
+  const float* x = g.a + i0;
+  int64_t ldx = g.lda;
+  const bool narrow = i1 - i0 < lanes;
+  if (narrow) {
+    float* panel = gemm_detail::thread_scratch(1, static_cast<size_t>(g.k * lanes));
+    for (int64_t kk = 0; kk < g.k; ++kk) {
+      for (int64_t c = 0; c < lanes; ++c) panel[kk * lanes + c] = c < i1 - i0 ? x[kk * g.lda + c] : 0.0f;
+    }
+    x = panel;
+    ldx = lanes;
+  }
+  for (int64_t i = i0; i < i1; i += nr) {
+    int64_t j = j0;
+    for (; j + kMR <= j1; j += kMR) SwappedTile<6>(d, g, j, x, ldx, i0, i, i1, narrow);
+    switch (j1 - j) {
+      case 5: SwappedTile<5>(d, g, j, x, ldx, i0, i, i1, narrow); break;
+      case 4: SwappedTile<4>(d, g, j, x, ldx, i0, i, i1, narrow); break;
+      case 3: SwappedTile<3>(d, g, j, x, ldx, i0, i, i1, narrow); break;
+      case 2: SwappedTile<2>(d, g, j, x, ldx, i0, i, i1, narrow); break;
+      case 1: SwappedTile<1>(d, g, j, x, ldx, i0, i, i1, narrow); break;
+      default: break;
+    }
+  }
+}
+
 // ------------------------------------------------------------------ packed path
 // BLIS-style: B block (kc × nc) packed in NR-column micro-panels, A block (mc × kc) in MR-row
 // micro-panels, both zero-padded so the micro-kernel always runs a full 6 × 2V tile.
@@ -427,6 +516,8 @@ inline void GemmBlock(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int
   if (i0 >= i1 || j0 >= j1) return;
   if (gemm_detail::use_packed_path(g.m, g.n, g.k)) {
     GemmPacked(g, i0, i1, j0, j1);
+  } else if (gemm_detail::use_swapped_path(g.trans_a, g.m, g.n)) {
+    GemmSwapped(g, i0, i1, j0, j1);
   } else {
     GemmDirect(g, i0, i1, j0, j1);
   }

@@ -109,7 +109,8 @@ struct Shape {
 // blocks and ragged edges).
 const std::vector<Shape> kLargeShapes = {
     {65, 127, 257}, {37, 29, 513}, {150, 40, 300}, {70, 520, 13}, {13, 2100, 9},
-    {257, 300, 130}, {127, 96, 128}, {640, 10, 128}, {33, 65, 7}};
+    {257, 300, 130}, {127, 96, 128}, {640, 10, 128}, {33, 65, 7}, {128, 10, 640},
+    {64, 2, 640}, {37, 5, 33}, {21, 12, 9}};
 
 }  // namespace
 
@@ -171,6 +172,10 @@ TEST_CASE("sgemm_slice results are bitwise independent of the slice count", "[ge
   shapes.push_back({10, 10, 16});
   shapes.push_back({3, 50, 20});
   shapes.push_back({300, 300, 300});
+  shapes.push_back({128, 10, 640});  // thin C: the swapped direct path when A is transposed
+  shapes.push_back({64, 2, 640});
+  shapes.push_back({37, 5, 33});
+  shapes.push_back({21, 7, 9});
   for (int trans = 0; trans < 4; ++trans) {
     for (const Shape& s : shapes) {
       const Problem p = make_problem(trans & 1, trans & 2, s.m, s.n, s.k, 1.5f, -0.5f, 1, 7);
