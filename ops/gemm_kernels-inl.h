@@ -324,7 +324,19 @@ inline void GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
   for (int64_t ic = i0; ic < i1; ic += gemm_detail::kDirectRows) {
     const int64_t ie = std::min(i1, ic + gemm_detail::kDirectRows);
     int64_t i = ic;
-    for (; i + kMR <= ie; i += kMR) DirectRows<6>(d, g, i, b, ldb, j0, j1);
+    // Full 6-row tiles, except that 7 to 9 remaining rows become two tiles of 4 or 5 rows
+    // (a 1- to 3-row tile has too few independent FMA chains to hide the FMA latency). Which
+    // tile a row falls in does not change how its elements are computed.
+    for (; ie - i >= kMR + 4 || ie - i == kMR; i += kMR) DirectRows<6>(d, g, i, b, ldb, j0, j1);
+    if (ie - i > kMR) {
+      if (ie - i == 9) {
+        DirectRows<5>(d, g, i, b, ldb, j0, j1);
+        i += 5;
+      } else {
+        DirectRows<4>(d, g, i, b, ldb, j0, j1);
+        i += 4;
+      }
+    }
     switch (ie - i) {
       case 5: DirectRows<5>(d, g, i, b, ldb, j0, j1); break;
       case 4: DirectRows<4>(d, g, i, b, ldb, j0, j1); break;
