@@ -1,7 +1,8 @@
 // Per-target GEMM kernels, included once per Highway target by ops/gemm.cc.
 //
 // Every element of C is one FMA chain over k in increasing order, split only at fixed KC
-// boundaries (packed path), then C = alpha·acc + beta·C. The tile an element falls in and the
+// boundaries (packed path), then C = alpha·acc + beta·C; on the dot path (at most 4 columns),
+// lane-wise chains over k reduced in a fixed order. The tile an element falls in and the
 // slice that computes it never change that chain, which is what makes results bitwise
 // independent of the thread count.
 
@@ -50,6 +51,9 @@ inline bool use_packed_path(int64_t m, int64_t n, int64_t k) {
 inline bool use_swapped_path(bool trans_a, int64_t m, int64_t n) {
   return trans_a && n <= 12 && m >= 2 * n;
 }
+
+// At most 4 columns and a row-major A: dot products along k (see GemmDot).
+inline bool use_dot_path(bool trans_a, int64_t n) { return !trans_a && n <= 4; }
 
 }  // namespace attnkit::gemm_detail
 #endif  // ATTNKIT_OPS_GEMM_KERNELS_SHARED_H_
@@ -431,6 +435,84 @@ inline void GemmSwapped(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, i
   }
 }
 
+// ------------------------------------------------------------------ dot path
+// C with at most 4 columns and a row-major A (the logits of a 2-class head): dot products
+// along k, so no lanes are wasted on the missing columns. Each element is the lane-wise FMA
+// chains of its dot product over k (k padded with zeros to whole vectors), reduced in the
+// target's fixed SumOfLanes order: like the other paths, it depends only on the shape, never
+// on the block or slice the element falls in.
+
+template <int R, int NJ>
+HWY_INLINE void DotTile(DF d, const GemmArgs& g, int64_t i, int64_t j0, const float* bt,
+                        int64_t kv) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const float* a = g.a + i * g.lda;
+  VF acc[R][NJ];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NJ; ++j) acc[r][j] = hn::Zero(d);
+  int64_t kk = 0;
+  for (; kk + lanes <= g.k; kk += lanes) {
+    VF av[R];
+    for (int r = 0; r < R; ++r) av[r] = hn::LoadU(d, a + r * g.lda + kk);
+    for (int j = 0; j < NJ; ++j) {
+      const VF bv = hn::Load(d, bt + j * kv + kk);
+      for (int r = 0; r < R; ++r) acc[r][j] = hn::MulAdd(av[r], bv, acc[r][j]);
+    }
+  }
+  if (kk < g.k) {  // bt is zero past k, so the zeros LoadFirst puts in A's lanes add nothing
+    const size_t tail = static_cast<size_t>(g.k - kk);
+    VF av[R];
+    for (int r = 0; r < R; ++r) av[r] = LoadFirst(d, a + r * g.lda + kk, tail);
+    for (int j = 0; j < NJ; ++j) {
+      const VF bv = hn::Load(d, bt + j * kv + kk);
+      for (int r = 0; r < R; ++r) acc[r][j] = hn::MulAdd(av[r], bv, acc[r][j]);
+    }
+  }
+  const Combine combine = FirstCombine(g.beta);
+  const bool read = combine != Combine::kOverwrite;
+  const VF va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
+  for (int r = 0; r < R; ++r) {
+    float* c = g.c + (i + r) * g.ldc + j0;
+    for (int j = 0; j < NJ; ++j) {
+      const VF old = read ? hn::Set(d, c[j]) : hn::Zero(d);
+      c[j] = hn::GetLane(CombineVec(d, hn::SumOfLanes(d, acc[r][j]), va, vb, old, combine));
+    }
+  }
+}
+
+template <int NJ>
+HWY_INLINE void DotColumns(DF d, const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0,
+                           const float* bt, int64_t kv) {
+  constexpr int kRows = NJ <= 2 ? 4 : 2;  // 8 or fewer accumulators: no spills
+  int64_t i = i0;
+  for (; i + kRows <= i1; i += kRows) DotTile<kRows, NJ>(d, g, i, j0, bt, kv);
+  for (; i < i1; ++i) DotTile<1, NJ>(d, g, i, j0, bt, kv);
+}
+
+inline void GemmDot(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t kv = (g.k + lanes - 1) / lanes * lanes;
+  // bt[j·kv + kk] = op(B)(kk, j0 + j), zero for k <= kk < kv.
+  float* bt = gemm_detail::thread_scratch(1, static_cast<size_t>((j1 - j0) * kv));
+  for (int64_t j = j0; j < j1; ++j) {
+    float* row = bt + (j - j0) * kv;
+    if (g.trans_b) {
+      for (int64_t kk = 0; kk < g.k; ++kk) row[kk] = g.b[j * g.ldb + kk];
+    } else {
+      for (int64_t kk = 0; kk < g.k; ++kk) row[kk] = g.b[kk * g.ldb + j];
+    }
+    for (int64_t kk = g.k; kk < kv; ++kk) row[kk] = 0.0f;
+  }
+  switch (j1 - j0) {
+    case 1: DotColumns<1>(d, g, i0, i1, j0, bt, kv); break;
+    case 2: DotColumns<2>(d, g, i0, i1, j0, bt, kv); break;
+    case 3: DotColumns<3>(d, g, i0, i1, j0, bt, kv); break;
+    case 4: DotColumns<4>(d, g, i0, i1, j0, bt, kv); break;
+    default: break;
+  }
+}
+
 // ------------------------------------------------------------------ packed path
 // BLIS-style: B block (kc × nc) packed in NR-column micro-panels, A block (mc × kc) in MR-row
 // micro-panels, both zero-padded so the micro-kernel always runs a full 6 × 2V tile.
@@ -530,6 +612,8 @@ inline void GemmBlock(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int
     GemmPacked(g, i0, i1, j0, j1);
   } else if (gemm_detail::use_swapped_path(g.trans_a, g.m, g.n)) {
     GemmSwapped(g, i0, i1, j0, j1);
+  } else if (gemm_detail::use_dot_path(g.trans_a, g.n)) {
+    GemmDot(g, i0, i1, j0, j1);
   } else {
     GemmDirect(g, i0, i1, j0, j1);
   }

@@ -176,6 +176,8 @@ TEST_CASE("sgemm_slice results are bitwise independent of the slice count", "[ge
   shapes.push_back({64, 2, 640});
   shapes.push_back({37, 5, 33});
   shapes.push_back({21, 7, 9});
+  shapes.push_back({37, 3, 13});  // at most 4 columns: the dot path when A is not transposed
+  shapes.push_back({23, 4, 9});
   for (int trans = 0; trans < 4; ++trans) {
     for (const Shape& s : shapes) {
       const Problem p = make_problem(trans & 1, trans & 2, s.m, s.n, s.k, 1.5f, -0.5f, 1, 7);
