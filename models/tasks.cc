@@ -33,7 +33,7 @@ TrainingConfig lesson_training(const std::string& task) {
       if (task == "reversal-large") t.epochs = 1, t.lr = 1e-3f, t.train_size = 640, t.val_size = 64;
       break;
     case Rule::kInduction:
-      t.epochs = 12, t.batch_size = 64, t.lr = 0.003f, t.train_size = 8000, t.val_size = 500;
+      t.epochs = 12, t.batch_size = 64, t.lr = 0.001f, t.train_size = 8000, t.val_size = 500;
       break;
   }
   return t;
