@@ -24,5 +24,8 @@
 #include "engine/rng.h"
 #include "engine/safetensors.h"
 
-// The lesson models.
+// The lesson models, task data, attention rollout and the trainer.
 #include "models/lessons.h"
+#include "models/rollout.h"
+#include "models/tasks.h"
+#include "models/trainer.h"
