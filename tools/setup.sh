@@ -15,9 +15,23 @@ packages=(
   nlohmann-json3-dev    # JSON for safetensors headers, meta.json, metrics.json
   libpng-dev zlib1g-dev # PNG output; zlib for .npz (deflate) reading
   python3-numpy         # tests read our .npy/.npz back with numpy
+  libfreetype-dev fonts-dejavu-core  # text in the PNG pictures (DejaVu Sans is built into attnkit)
 )
 if [ "${ATTNKIT_SETUP_TORCH:-0}" = 1 ]; then
   packages+=(python3-torch)  # only for bench/compare_pytorch.py
+fi
+
+# Optional, best effort: Debian's chromium, for the headless-browser test of report.html
+# (tests/test_render.cc skips that test with a warning where chromium is absent).
+if ! dpkg-query -W -f='${Status}' chromium 2>/dev/null | grep -q "install ok installed"; then
+  echo "setup: installing chromium (optional: the browser test of report.html)"
+  maybe_sudo=""
+  if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then maybe_sudo="sudo"; fi
+  if ! { [ "$(id -u)" -eq 0 ] || [ -n "$maybe_sudo" ]; } ||
+     ! DEBIAN_FRONTEND=noninteractive $maybe_sudo apt-get update -qq ||
+     ! DEBIAN_FRONTEND=noninteractive $maybe_sudo apt-get install -y -qq --no-install-recommends chromium; then
+    echo "setup: warning: chromium could not be installed; the browser test of report.html will be skipped" >&2
+  fi
 fi
 
 missing=()

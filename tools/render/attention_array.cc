@@ -1,0 +1,84 @@
+#include "tools/render/attention_array.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "engine/error.h"
+
+namespace attnkit::render {
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+AttentionArray attention_from_npy(const NpyArray& a, const std::string& what) {
+  const std::string shape = shape_string(a.shape);
+  if (a.kind() != 'f')
+    throw FileError(what + ": dtype " + a.descr + " is not a float type; attention weights are floats (rows of softmax)");
+  if (a.shape.size() < 2 || a.shape.size() > 4)
+    throw FileError(what + ": shape " + shape + " has rank " + std::to_string(a.shape.size()) +
+                    "; attention is [T_q, T_k], [heads, T_q, T_k] or [layers, heads, T_q, T_k]" +
+                    (a.shape.size() == 5 ? " (for [steps, layers, heads, T, T] snapshots, render the run folder)" : ""));
+  for (int64_t d : a.shape)
+    if (d <= 0) throw FileError(what + ": shape " + shape + " has an empty axis");
+  AttentionArray out;
+  out.rank = static_cast<int>(a.shape.size());
+  const size_t r = a.shape.size();
+  out.rows = a.shape[r - 2], out.cols = a.shape[r - 1];
+  if (r >= 3) out.heads = a.shape[r - 3];
+  if (r == 4) out.layers = a.shape[0];
+  if (out.rows > 4096 || out.cols > 4096)
+    throw FileError(what + ": shape " + shape + ": maps larger than 4096 x 4096 are not drawn");
+  out.weights = to_float32(a, what);
+  for (size_t i = 0; i < out.weights.size(); ++i)
+    if (!std::isfinite(out.weights[i])) {
+      const int64_t k = static_cast<int64_t>(i), row = k / out.cols % out.rows, col = k % out.cols;
+      throw FileError(what + ": weight " + std::to_string(out.weights[i]) + " at query " + std::to_string(row) +
+                      ", key " + std::to_string(col) + " (map " + std::to_string(k / out.map_size()) +
+                      ") is not finite");
+    }
+  return out;
+}
+
+AttentionArray read_attention(const std::string& path) { return attention_from_npy(read_npy(path), path); }
+
+std::vector<std::string> attention_warnings(const AttentionArray& a, const std::string& what) {
+  std::vector<std::string> warnings;
+  int64_t outside = 0, bad_rows = 0, worst_row = -1;
+  double lo = 0, hi = 1, worst_sum = 1;
+  const int64_t n_rows = a.layers * a.heads * a.rows;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    double sum = 0;
+    for (int64_t c = 0; c < a.cols; ++c) {
+      const double w = a.weights[static_cast<size_t>(r * a.cols + c)];
+      sum += w;
+      if (w < 0 || w > 1) ++outside, lo = std::min(lo, w), hi = std::max(hi, w);
+    }
+    if (std::fabs(sum - 1) > 0.01) {
+      if (worst_row < 0 || std::fabs(sum - 1) > std::fabs(worst_sum - 1)) worst_row = r, worst_sum = sum;
+      ++bad_rows;
+    }
+  }
+  char buf[512];
+  if (outside > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "%s: %lld weights lie outside [0, 1] (from %.4g to %.4g); the colour scale is fixed to 0..1, so "
+                  "they are drawn clamped — is this a map of scores before the softmax?",
+                  what.c_str(), static_cast<long long>(outside), lo, hi);
+    warnings.push_back(buf);
+  }
+  if (bad_rows > 0) {
+    const int64_t map = worst_row / a.rows, row = worst_row % a.rows;
+    std::snprintf(buf, sizeof buf,
+                  "%s: %lld of %lld rows do not sum to 1 (query %lld of map %lld sums to %.4g); attention rows "
+                  "(queries) should each sum to 1 — is the array transposed, or not a softmax?",
+                  what.c_str(), static_cast<long long>(bad_rows), static_cast<long long>(n_rows),
+                  static_cast<long long>(row), static_cast<long long>(map), worst_sum);
+    warnings.push_back(buf);
+  }
+  return warnings;
+}
+
+}  // namespace attnkit::render

@@ -1,0 +1,34 @@
+// Attention maps from a .npy file, whoever wrote it (attnkit, or numpy holding a PyTorch or
+// HuggingFace model's attentions): [Tq, Tk], [heads, Tq, Tk] or [layers, heads, Tq, Tk],
+// rows = queries, columns = keys.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/npy.h"
+
+namespace attnkit::render {
+
+struct AttentionArray {
+  int64_t layers = 1, heads = 1, rows = 0, cols = 0;
+  int rank = 4;                 // rank as stored (2, 3 or 4)
+  std::vector<float> weights;   // [layers, heads, rows, cols]
+
+  const float* map(int64_t layer, int64_t head) const { return weights.data() + (layer * heads + head) * rows * cols; }
+  int64_t map_size() const { return rows * cols; }
+};
+
+// Checks and converts: float dtype ('<f4', '<f8'), rank 2–4, no empty axis, finite values.
+// Anything else is a FileError naming `what`, the shape and what is expected.
+AttentionArray attention_from_npy(const NpyArray& a, const std::string& what);
+AttentionArray read_attention(const std::string& path);
+
+// What makes an array look unlike attention, one sentence each (empty if it looks fine):
+// weights outside [0, 1], rows that do not sum to 1 (within 0.01).
+std::vector<std::string> attention_warnings(const AttentionArray& a, const std::string& what);
+
+// "[2, 1, 10, 10]"
+std::string shape_string(const std::vector<int64_t>& shape);
+
+}  // namespace attnkit::render

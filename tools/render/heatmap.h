@@ -1,0 +1,37 @@
+// Heatmaps of attention weights: rows = queries (who looks), columns = keys (at whom), colours
+// on the fixed 0–1 scale with a colour bar, token labels on both axes, optional values in the
+// cells; and grids of them (layers × heads, snapshots over training).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tools/render/figure.h"
+
+namespace attnkit::render {
+
+struct HeatmapOptions {
+  std::string title;
+  std::string row_caption = "queries", col_caption = "keys";
+  int decimals = -1;  // values in cells: -1 when they fit (2 decimals, or 1), 0 never, 1 or 2 always
+  Colormap map = Colormap::kBlues;
+  double cell = 0;    // cell side in logical pixels; 0 = chosen from the map's size
+  bool colorbar = true;
+};
+
+// One [rows, cols] map (row-major). Labels may be empty (positions 0, 1, …), otherwise one per
+// row / column. Cells are rects of class "cell" whose tooltip names query, key and weight.
+Figure heatmap_figure(const float* weights, int64_t rows, int64_t cols, const std::vector<std::string>& row_labels,
+                      const std::vector<std::string>& col_labels, const HeatmapOptions& options);
+
+// Maps of the same shape in a grid of `grid_cols` columns, each with its title (e.g.
+// "layer 0 · head 1", "step 10"), one shared colour bar. Row labels are drawn on the first
+// column, column labels under the last row; options.title is the grid's title.
+Figure heatmap_grid(const std::vector<const float*>& maps, const std::vector<std::string>& titles, int64_t grid_cols,
+                    int64_t rows, int64_t cols, const std::vector<std::string>& row_labels,
+                    const std::vector<std::string>& col_labels, const HeatmapOptions& options);
+
+// "0.87" / "0.9": a weight with the given decimals, as the lessons' .2f / .1f print it.
+std::string format_weight(double w, int decimals);
+
+}  // namespace attnkit::render

@@ -1,0 +1,36 @@
+// Link diagrams in the style of BertViz's head view: queries in a column on the left, keys on
+// the right, a line from each query to each key whose opacity and width grow with the weight,
+// one colour per head. Lines lighter than min_weight are left out (they would be invisible).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tools/render/figure.h"
+
+namespace attnkit::render {
+
+struct LinkOptions {
+  std::string title;
+  std::string left_caption = "queries", right_caption = "keys";
+  double min_weight = 0.01;
+};
+
+// One diagram: one or more heads' [rows, cols] maps drawn over each other, each in
+// head_color(head); the legend names the heads when there are several.
+struct LinkPanel {
+  std::vector<std::pair<const float*, int64_t>> maps;  // (weights, head index)
+  std::string title;
+};
+
+// Panels side by side, `grid_cols` per row. Each drawn link is a line of class "link" whose
+// tooltip names query, key and weight.
+Figure link_figure(const std::vector<LinkPanel>& panels, int64_t grid_cols, int64_t rows, int64_t cols,
+                   const std::vector<std::string>& query_labels, const std::vector<std::string>& key_labels,
+                   const LinkOptions& options);
+
+// How many links link_figure draws for these panels (weights >= min_weight).
+int64_t count_links(const std::vector<LinkPanel>& panels, int64_t rows, int64_t cols, double min_weight);
+
+}  // namespace attnkit::render
