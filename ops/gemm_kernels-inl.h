@@ -67,6 +67,7 @@ inline bool use_dot_path(bool trans_a, int64_t n) { return !trans_a && n <= 4; }
 #endif
 
 #include <algorithm>
+#include <type_traits>
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
@@ -107,12 +108,15 @@ enum class Combine { kOverwrite, kAdd, kScale };  // alpha·acc, +C, +beta·C
 // v of row kk of B at b_v + kk·ldb. The two B vectors need not be adjacent: a ragged last tile
 // reads a vector that overlaps its neighbour instead of masking (masked loads are slow on AMD
 // and not fault-free before AVX2).
-template <int R, int NV>
+// kFromZero = false continues the chains from what acc holds (a k-chunk after the first).
+template <int R, int NV, bool kFromZero = true>
 HWY_INLINE void AccumulateTile(DF d, int64_t k, const float* HWY_RESTRICT a, int64_t ar,
                                int64_t ak, const float* HWY_RESTRICT b0,
                                const float* HWY_RESTRICT b1, int64_t ldb, VF (&acc)[kMR][2]) {
+  if constexpr (kFromZero) {
 #pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = hn::Zero(d);
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = hn::Zero(d);
+  }
 #pragma GCC unroll 4
   for (int64_t kk = 0; kk < k; ++kk) {
     const VF bv0 = hn::LoadU(d, b0 + kk * ldb);
@@ -304,6 +308,83 @@ HWY_INLINE void CopyTransposed(DF d, const float* HWY_RESTRICT src, int64_t lds,
   CopyTransposedScalar(src, lds, n, k, dst, ldd);
 }
 
+// Deep direct products (dW = xᵀ·dy over many rows): k is walked in chunks small enough that
+// the chunk of A and of op(B) stay in L1 while every tile passes over them. Between chunks a
+// tile's raw accumulators wait in scratch (exact), so each element is still one unbroken FMA
+// chain over k: chunking changes no bits, and is decided per block.
+template <int R>
+HWY_INLINE void ChunkRows(DF d, const GemmArgs& g, int64_t i, const float* b, int64_t ldb,
+                          int64_t j0, int64_t j1, int64_t pc, int64_t kc, bool first, bool last,
+                          float* HWY_RESTRICT part, int64_t ldp) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), nr = 2 * lanes;
+  const int64_t ar = g.trans_a ? 1 : g.lda, ak = g.trans_a ? g.lda : 1;
+  const float* a = g.a + i * ar + pc * ak;
+  const float* bk = b + pc * ldb;
+  float* c = g.c + i * g.ldc;
+  const Combine combine = FirstCombine(g.beta);
+  for (int64_t j = j0; j < j1; j += nr) {
+    VF acc[kMR][2];
+    float* HWY_RESTRICT pr = part + (j - j0);
+    const float* bj = bk + (j - j0);
+    if (first) {
+      AccumulateTile<R, 2>(d, kc, a, ar, ak, bj, bj + lanes, ldb, acc);
+    } else {
+      for (int r = 0; r < R; ++r) {
+        acc[r][0] = hn::LoadU(d, pr + r * ldp);
+        acc[r][1] = hn::LoadU(d, pr + r * ldp + lanes);
+      }
+      AccumulateTile<R, 2, false>(d, kc, a, ar, ak, bj, bj + lanes, ldb, acc);
+    }
+    if (last) {
+      StoreTile(d, acc, R, static_cast<size_t>(nr), g.alpha, g.beta, combine, c + j, g.ldc);
+    } else {
+      for (int r = 0; r < R; ++r) {
+        hn::StoreU(acc[r][0], d, pr + r * ldp);
+        hn::StoreU(acc[r][1], d, pr + r * ldp + lanes);
+      }
+    }
+  }
+}
+
+// Whether GemmDirect walks k in chunks for this block (whole 2V-column tiles only).
+inline bool DirectChunked(int64_t k, int64_t width, int64_t lanes) {
+  return k > 256 && width % (2 * lanes) == 0 && width <= 256;
+}
+
+inline void GemmDirectChunked(DF d, const GemmArgs& g, const float* b, int64_t ldb, int64_t i0,
+                              int64_t i1, int64_t j0, int64_t j1) {
+  const int64_t width = j1 - j0;
+  for (int64_t ic = i0; ic < i1; ic += gemm_detail::kDirectRows) {
+    const int64_t ie = std::min(i1, ic + gemm_detail::kDirectRows);
+    // A chunk (kc × rows) and B chunk (kc × width) together about 24 KB.
+    const int64_t kc = std::max<int64_t>(32, 6144 / (width + (ie - ic)) / 8 * 8);
+    float* part = gemm_detail::thread_scratch(0, static_cast<size_t>((ie - ic) * width));
+    for (int64_t pc = 0; pc < g.k; pc += kc) {
+      const int64_t kn = std::min(kc, g.k - pc);
+      const bool first = pc == 0, last = pc + kn >= g.k;
+      int64_t i = ic;
+      auto rows = [&](auto r_tag) {
+        constexpr int R = decltype(r_tag)::value;
+        ChunkRows<R>(d, g, i, b, ldb, j0, j1, pc, kn, first, last, part + (i - ic) * width,
+                     width);
+        i += R;
+      };
+      // The same row tiles as GemmDirect.
+      while (ie - i >= kMR + 4 || ie - i == kMR) rows(std::integral_constant<int, 6>());
+      if (ie - i == 9) rows(std::integral_constant<int, 5>());
+      if (ie - i > kMR) rows(std::integral_constant<int, 4>());
+      switch (ie - i) {
+        case 5: rows(std::integral_constant<int, 5>()); break;
+        case 4: rows(std::integral_constant<int, 4>()); break;
+        case 3: rows(std::integral_constant<int, 3>()); break;
+        case 2: rows(std::integral_constant<int, 2>()); break;
+        case 1: rows(std::integral_constant<int, 1>()); break;
+        default: break;
+      }
+    }
+  }
+}
+
 inline void GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
@@ -324,6 +405,10 @@ inline void GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
     }
     b = panel + pad;
     ldb = width;
+  }
+  if (DirectChunked(g.k, j1 - j0, lanes)) {
+    GemmDirectChunked(d, g, b, ldb, i0, i1, j0, j1);
+    return;
   }
   for (int64_t ic = i0; ic < i1; ic += gemm_detail::kDirectRows) {
     const int64_t ie = std::min(i1, ic + gemm_detail::kDirectRows);
