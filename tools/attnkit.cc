@@ -93,6 +93,7 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--sample", train.sample, "Validation sequence K whose attention is written (default 0)")
       ->check(integer_in(0, 1000000000));
   train_cmd->add_flag("--quiet", train.quiet, "Print nothing but errors");
+  train_cmd->add_flag("--no-pictures", train.no_pictures, "Do not draw the PNG pictures and report.html");
 
   attnkit::cli::EvalArgs eval;
   CLI::App* eval_cmd = app.add_subcommand("eval", "Accuracy of a checkpoint on a fresh validation set (or --data)");
@@ -123,6 +124,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(attnkit::cli::demo_names()));
   demo_cmd->add_option("--out", demo_out, "alignment: write the 5×7 weights as .npy");
 
+  attnkit::cli::RenderArgs render;
+  CLI::App* render_cmd = attnkit::cli::add_render_subcommand(app, &render);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -145,6 +149,7 @@ int main(int argc, char** argv) {
     if (infer_cmd->parsed()) return attnkit::cli::run_infer(infer);
     if (rollout_cmd->parsed()) return attnkit::cli::run_rollout(rollout_in, rollout_out);
     if (demo_cmd->parsed()) return attnkit::cli::run_demo(demo_name, demo_out);
+    if (render_cmd->parsed()) return attnkit::cli::run_render(render);
   } catch (const UsageError& e) {
     return usage_error(e.what());
   } catch (const std::exception& e) {

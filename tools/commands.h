@@ -6,6 +6,10 @@
 #include <string>
 #include <vector>
 
+namespace CLI {
+class App;
+}
+
 namespace attnkit::cli {
 
 // A bad command line found after parsing (e.g. --heads that does not divide --d-model).
@@ -24,7 +28,7 @@ struct TrainArgs {
   float lr = 0;
   uint64_t seed = 0;
   int threads = 1;
-  bool causal = false, pre_norm = false, quiet = false;
+  bool causal = false, pre_norm = false, quiet = false, no_pictures = false;
   std::string snapshot_steps, data, out, resume;
   std::vector<std::string> given;
   bool has(const std::string& flag) const;
@@ -47,6 +51,15 @@ struct InferArgs {
 int run_infer(const InferArgs& args);
 
 int run_rollout(const std::string& input, const std::string& output);
+
+// attnkit render (tools/render_command.cc): an attention .npy to PNG/SVG/HTML, or a run folder.
+struct RenderArgs {
+  std::string input, out, tokens, query_tokens, view = "heatmap", title, values = "auto", colormap = "blues";
+  int64_t layer = -1, head = -1;
+  double scale = 2;
+};
+CLI::App* add_render_subcommand(CLI::App& app, RenderArgs* args);
+int run_render(const RenderArgs& args);
 
 // name: lookup, scaling, masks, alignment; out: alignment's .npy ("" = none).
 int run_demo(const std::string& name, const std::string& out);

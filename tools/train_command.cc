@@ -15,6 +15,7 @@
 #include "models/tasks.h"
 #include "models/trainer.h"
 #include "tools/commands.h"
+#include "tools/render/render_file.h"
 #include "tools/run_files.h"
 
 namespace attnkit::cli {
@@ -101,6 +102,17 @@ void previous_snapshots(const std::string& dir, const ModelConfig& c, int64_t be
     if (old_steps[i] >= before) continue;
     steps->push_back(old_steps[i]);
     maps->emplace_back(data.begin() + static_cast<int64_t>(i) * per, data.begin() + static_cast<int64_t>(i + 1) * per);
+  }
+}
+
+// The run's pictures and report.html (tools/render/). The run's files are already written, so a
+// drawing failure is a warning, not a lost training run.
+void add_pictures(const std::string& dir, std::vector<std::string>* written) {
+  try {
+    const std::vector<std::string> names = render::render_run(dir, dir);
+    written->insert(written->end(), names.begin(), names.end());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "warning: pictures not drawn: %s\n", e.what());
   }
 }
 
@@ -244,6 +256,7 @@ int run_train(const TrainArgs& a) {
   };
   write_json(out + "/metrics.json", metrics);
   written.insert(written.end(), {"loss.csv", "model.safetensors", "metrics.json"});
+  if (!a.no_pictures) add_pictures(out, &written);
 
   if (!a.quiet) {
     fmt::print("{}: validation accuracy {:.4f} ({} of {} positions), final loss {:.4f}\n", config.task, acc.value(),
@@ -356,7 +369,8 @@ int run_infer(const InferArgs& a) {
     files.tokens = tokens;
     files.targets = targets;
     files.result = r;
-    const auto written = write_sequence_files(a.out, c, files);
+    auto written = write_sequence_files(a.out, c, files);
+    add_pictures(a.out, &written);
     std::string names;
     for (const auto& n : written) names += (names.empty() ? "" : ", ") + n;
     fmt::print("wrote {}/: {}\n", a.out, names);

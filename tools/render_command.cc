@@ -1,0 +1,79 @@
+// attnkit render: pictures of any attention .npy (ours, or numpy's from a PyTorch / HuggingFace
+// model), or of a whole run folder. The drawing is in tools/render/ (render_file.h).
+#include <cstdio>
+#include <filesystem>
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include "engine/error.h"
+#include "tools/commands.h"
+#include "tools/render/render_file.h"
+
+namespace attnkit::cli {
+namespace fs = std::filesystem;
+
+CLI::App* add_render_subcommand(CLI::App& app, RenderArgs* r) {
+  CLI::App* cmd = app.add_subcommand(
+      "render", "Draw attention: an .npy of shape [T,T], [Tq,Tk], [H,T,T] or [L,H,T,T] to PNG/SVG/HTML, or a run folder");
+  cmd->add_option("input", r->input, "attention .npy, or a run folder (pictures + report.html)")->required();
+  cmd->add_option("--out", r->out, "FILE.png, FILE.svg or FILE.html (a folder for a run folder; default: the run folder)");
+  cmd->add_option("--tokens", r->tokens, "Key (column) labels, space-separated, e.g. \"the black cat\"; also the "
+                                         "query labels of a square map");
+  cmd->add_option("--query-tokens", r->query_tokens, "Query (row) labels, when they differ from the keys (cross-attention)");
+  cmd->add_option("--layer", r->layer, "Only this layer (of [L,H,T,T])");
+  cmd->add_option("--head", r->head, "Only this head (of [H,T,T] or [L,H,T,T])");
+  cmd->add_option("--view", r->view, "heatmap (default) or links (a BertViz-style link diagram)")
+      ->check(CLI::IsMember({"heatmap", "links"}));
+  cmd->add_option("--title", r->title, "Title above the picture");
+  cmd->add_option("--values", r->values, "Weights written in the cells: auto (when they fit), none, 1 or 2 decimals")
+      ->check(CLI::IsMember({"auto", "none", "1", "2"}));
+  cmd->add_option("--colormap", r->colormap, "blues (default) or viridis")->check(CLI::IsMember({"blues", "viridis"}));
+  cmd->add_option("--scale", r->scale, "PNG pixels per point (default 2: sharp on slides)")->check(CLI::Range(0.25, 8.0));
+  return cmd;
+}
+
+int run_render(const RenderArgs& r) {
+  if (fs::is_directory(r.input)) {
+    for (const auto* flag : {&r.tokens, &r.query_tokens, &r.title})
+      if (!flag->empty()) throw UsageError("--tokens, --query-tokens and --title apply to an .npy file, not a run folder");
+    if (r.layer >= 0 || r.head >= 0) throw UsageError("--layer and --head apply to an .npy file, not a run folder");
+    render::RunRenderOptions o;
+    o.scale = r.scale;
+    o.map = render::colormap_from_name(r.colormap);
+    const std::string out = r.out.empty() ? r.input : r.out;
+    const auto written = render::render_run(r.input, out, o);
+    std::string names;
+    for (const auto& n : written) names += (names.empty() ? "" : ", ") + n;
+    fmt::print("wrote {}/: {}\n", out, names);
+    return 0;
+  }
+  if (r.out.empty()) throw UsageError("--out FILE.png|FILE.svg|FILE.html is required for an .npy input");
+  if (r.layer < -1 || r.head < -1) throw UsageError("--layer and --head must be >= 0");
+  render::RenderRequest q;
+  q.input = r.input, q.output = r.out;
+  q.key_tokens = render::split_tokens(r.tokens);
+  q.query_tokens = render::split_tokens(r.query_tokens);
+  if (!r.query_tokens.empty() && r.tokens.empty()) throw UsageError("--query-tokens needs --tokens (the keys) too");
+  q.layer = r.layer, q.head = r.head;
+  q.view = r.view, q.title = r.title;
+  q.decimals = r.values == "auto" ? -1 : r.values == "none" ? 0 : std::stoi(r.values);
+  q.map = render::colormap_from_name(r.colormap);
+  q.scale = r.scale;
+  std::vector<std::string> warnings;
+  try {
+    warnings = render::render_attention_file(q);
+  } catch (const FileError&) {
+    throw;
+  } catch (const Error& e) {
+    // Token counts, layer/head ranges and formats are usage errors: the command line was wrong.
+    const std::string what = e.what();
+    if (what.rfind("--", 0) == 0) throw UsageError(what);
+    throw;
+  }
+  for (const auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  fmt::print("wrote {}\n", r.out);
+  return 0;
+}
+
+}  // namespace attnkit::cli
