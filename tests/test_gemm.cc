@@ -110,7 +110,7 @@ struct Shape {
 const std::vector<Shape> kLargeShapes = {
     {65, 127, 257}, {37, 29, 513}, {150, 40, 300}, {70, 520, 13}, {13, 2100, 9},
     {257, 300, 130}, {127, 96, 128}, {640, 10, 128}, {33, 65, 7}, {128, 10, 640},
-    {64, 2, 640}, {37, 5, 33}, {21, 12, 9}};
+    {64, 2, 640}, {37, 5, 33}, {21, 12, 9}, {32, 32, 640}, {100, 48, 513}, {20, 64, 300}};
 
 }  // namespace
 
@@ -178,6 +178,9 @@ TEST_CASE("sgemm_slice results are bitwise independent of the slice count", "[ge
   shapes.push_back({21, 7, 9});
   shapes.push_back({37, 3, 13});  // at most 4 columns: the dot path when A is not transposed
   shapes.push_back({23, 4, 9});
+  shapes.push_back({32, 32, 640});  // deep: k walked in chunks when the columns are whole tiles
+  shapes.push_back({100, 48, 513});
+  shapes.push_back({20, 64, 300});
   for (int trans = 0; trans < 4; ++trans) {
     for (const Shape& s : shapes) {
       const Problem p = make_problem(trans & 1, trans & 2, s.m, s.n, s.k, 1.5f, -0.5f, 1, 7);
