@@ -176,9 +176,13 @@ TEST_CASE("SVGs parse as XML; cells and drawn links are counted", "[render]") {
   LinkOptions lo;
   lo.title = "Куда смотрит переводчик";
   const std::vector<LinkPanel> panels = {{{{kAlign, 0}}, "head 0"}};
+  const double min_weight = effective_min_weight(lo, 5, 7);
+  CHECK(min_weight == 0.01);
+  CHECK(effective_min_weight(lo, 40, 40) == 0.05);  // long sequences: only the visible links
   int64_t nonzero = 0;
-  for (float w : kAlign) nonzero += w >= lo.min_weight;
-  REQUIRE(count_links(panels, 5, 7, lo.min_weight) == nonzero);
+  for (float w : kAlign) nonzero += w > 0;
+  CHECK(nonzero == 26);  // the 9 zeros of the matrix are not drawn, every 0.01 is
+  REQUIRE(count_links(panels, 5, 7, min_weight) == nonzero);
   save_figure(link_figure(panels, 1, 5, 7, kDst, kSrc, lo), (dir / "links.svg").string(), 1);
   CHECK(count_svg_elements(dir / "links.svg", dir).rfind("0 " + std::to_string(nonzero) + " ", 0) == 0);
 
@@ -430,6 +434,12 @@ TEST_CASE("report.html in headless Chromium: script runs clean, heads in the DOM
   render_run(dir.string(), dir.string());
   const fs::path shot = dir / "screenshot.png";
   const std::string dom = chromium(dir / "report.html", dir, shot);
+  // The page driven as a user would: click a thumbnail, toggle a head, hover a token and a
+  // cell, move the snapshot slider (report.js's #selftest).
+  const std::string driven = status_element(chromium(dir / "report.html#selftest", dir, {}));
+  INFO(driven);
+  CHECK(driven.find("data-status=\"ready\"") != std::string::npos);
+  CHECK(driven.find("data-selftest=\"click:ok toggle:ok hover:ok unhover:ok tip:ok slider:ok\"") != std::string::npos);
   const std::string status = status_element(dom);
   INFO(status);
   CHECK(status.find("data-status=\"ready\"") != std::string::npos);

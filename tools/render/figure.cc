@@ -132,6 +132,10 @@ void save_figure(const Figure& figure, const std::string& path, double png_scale
                                                   [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); });
   };
   if (ends_with(".png")) {
+    // Very large pictures (a 128-token link diagram of 8 heads) at 1 pixel per point at least,
+    // not 2: some 16 megapixels are enough for any screen or slide.
+    const double pixels = figure.width() * figure.height() * png_scale * png_scale;
+    if (pixels > 16e6) png_scale = std::max(std::min(png_scale, 1.0), std::sqrt(16e6 / (figure.width() * figure.height())));
     write_png(path, rasterize(figure, png_scale));
   } else if (ends_with(".svg")) {
     const std::string svg = to_svg(figure);

@@ -76,8 +76,9 @@ struct MapPanel {
           // Values that round to zero in a lighter grey, so the weights that matter stand out.
           const std::string text = format_weight(v, decimals);
           const bool zero = text.find_first_not_of("0.") == std::string::npos;
-          f.text(cx + cell / 2, cy + cell / 2 + text_ascent(value) / 2, text, value, zero ? kFaint : text_on(c),
-                 Anchor::kMiddle);
+          const Color ink = text_on(c);
+          f.text(cx + cell / 2, cy + cell / 2 + text_ascent(value) / 2, text, value,
+                 zero ? (ink == kWhite ? Color{190, 190, 205} : kFaint) : ink, Anchor::kMiddle);
         }
       }
     if (with_row_labels)

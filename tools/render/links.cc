@@ -25,9 +25,14 @@ std::vector<std::string> labels_or_positions(const std::vector<std::string>& lab
   return labels;
 }
 
-bool drawn(float w, double min_weight) { return std::isfinite(w) && w >= min_weight; }
+// Compared in float: a weight stored as 0.01f (just below 0.01) is drawn at min_weight 0.01.
+bool drawn(float w, double min_weight) { return std::isfinite(w) && w >= static_cast<float>(min_weight); }
 
 }  // namespace
+
+double effective_min_weight(const LinkOptions& o, int64_t rows, int64_t cols) {
+  return o.min_weight >= 0 ? o.min_weight : std::max(rows, cols) > 32 ? 0.05 : 0.01;
+}
 
 int64_t count_links(const std::vector<LinkPanel>& panels, int64_t rows, int64_t cols, double min_weight) {
   int64_t n = 0;
@@ -42,6 +47,7 @@ Figure link_figure(const std::vector<LinkPanel>& panels, int64_t grid_cols, int6
                    const LinkOptions& o) {
   if (panels.empty() || rows <= 0 || cols <= 0 || grid_cols <= 0)
     throw Error("link diagram: nothing to draw");
+  const double min_weight = effective_min_weight(o, rows, cols);
   const std::vector<std::string> ql = labels_or_positions(query_labels, rows, "query");
   const std::vector<std::string> kl = labels_or_positions(key_labels, cols, "key");
   const int64_t n = std::max(rows, cols);
@@ -54,7 +60,10 @@ Figure link_figure(const std::vector<LinkPanel>& panels, int64_t grid_cols, int6
   bool legend = false;
   for (const auto& p : panels) legend |= p.maps.size() > 1;
   const double panel_w = left_w + 8 + span + 8 + right_w;
-  const double header_h = std::ceil(kPanelTitle.size * 1.3) + std::ceil(kCaption.size * 1.3) + 8;
+  bool panel_titles = false;
+  for (const auto& p : panels) panel_titles |= !p.title.empty();
+  const double panel_title_h = panel_titles ? std::ceil(kPanelTitle.size * 1.3) + 4 : 0;
+  const double header_h = panel_title_h + std::ceil(kCaption.size * 1.3) + 4;
   const double legend_h = legend ? 26 : 0;
   const double panel_h = header_h + static_cast<double>(n) * row_h + legend_h;
   grid_cols = std::min<int64_t>(grid_cols, static_cast<int64_t>(panels.size()));
@@ -72,7 +81,7 @@ Figure link_figure(const std::vector<LinkPanel>& panels, int64_t grid_cols, int6
     const double py = kPad + title_h + static_cast<double>(static_cast<int64_t>(k) / grid_cols) * (panel_h + gap_y);
     const Color title_color = p.maps.size() == 1 ? head_color(p.maps[0].second) : kInk;
     f.text(px + panel_w / 2, py + text_ascent(kPanelTitle), p.title, kPanelTitle, title_color, Anchor::kMiddle);
-    const double cap_y = py + std::ceil(kPanelTitle.size * 1.3) + 4 + text_ascent(kCaption);
+    const double cap_y = py + panel_title_h + text_ascent(kCaption);
     const double xl = px + left_w + 8, xr = xl + span;
     f.text(xl - 8, cap_y, o.left_caption, kCaption, kMuted, Anchor::kEnd);
     f.text(xr + 8, cap_y, o.right_caption, kCaption, kMuted, Anchor::kStart);
@@ -87,7 +96,7 @@ Figure link_figure(const std::vector<LinkPanel>& panels, int64_t grid_cols, int6
     std::vector<std::tuple<float, int64_t, size_t>> links;  // weight, cell, map
     for (size_t m = 0; m < p.maps.size(); ++m)
       for (int64_t c = 0; c < rows * cols; ++c)
-        if (drawn(p.maps[m].first[c], o.min_weight)) links.emplace_back(p.maps[m].first[c], c, m);
+        if (drawn(p.maps[m].first[c], min_weight)) links.emplace_back(p.maps[m].first[c], c, m);
     std::stable_sort(links.begin(), links.end(),
                      [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
     for (const auto& [w, c, m] : links) {

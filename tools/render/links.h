@@ -14,8 +14,12 @@ namespace attnkit::render {
 struct LinkOptions {
   std::string title;
   std::string left_caption = "queries", right_caption = "keys";
-  double min_weight = 0.01;
+  // Lighter links are left out: < 0 means 0.01, or 0.05 for more than 32 tokens (where the
+  // many faint lines of a long sequence would only grey the picture).
+  double min_weight = -1;
 };
+
+double effective_min_weight(const LinkOptions& options, int64_t rows, int64_t cols);
 
 // One diagram: one or more heads' [rows, cols] maps drawn over each other, each in
 // head_color(head); the legend names the heads when there are several.
@@ -30,7 +34,8 @@ Figure link_figure(const std::vector<LinkPanel>& panels, int64_t grid_cols, int6
                    const std::vector<std::string>& query_labels, const std::vector<std::string>& key_labels,
                    const LinkOptions& options);
 
-// How many links link_figure draws for these panels (weights >= min_weight).
+// How many links link_figure draws for these panels (weights >= min_weight, as resolved by
+// effective_min_weight).
 int64_t count_links(const std::vector<LinkPanel>& panels, int64_t rows, int64_t cols, double min_weight);
 
 }  // namespace attnkit::render

@@ -89,7 +89,7 @@ std::vector<std::string> render_attention_file(const RenderRequest& r) {
     std::vector<LinkPanel> panels;
     for (const auto& [l, h] : picked) {
       const std::string title = map_name(a, l, h);
-      panels.push_back({{{a.map(l, h), h}}, title.empty() ? std::string("attention") : title});
+      panels.push_back({{{a.map(l, h), h}}, title});
     }
     save_figure(link_figure(panels, std::min<int64_t>(4, a.heads), a.rows, a.cols, queries, r.key_tokens, o), r.output,
                 r.scale);

@@ -126,6 +126,7 @@
         ctx.textBaseline = 'middle';
       }
     }
+    cv.el.dataset.left = String(left); cv.el.dataset.top = String(top); cv.el.dataset.cell = String(cell);
     cv.el.addEventListener('mousemove', function (e) {
       var r = cv.el.getBoundingClientRect();
       var jj = Math.floor((e.clientX - r.left - left) / cell), ii = Math.floor((e.clientY - r.top - top) / cell);
@@ -270,6 +271,7 @@
     function qy(i) { return q0 + (i + 0.5) * rowH; }
     function ky(j) { return k0 + (j + 0.5) * rowH; }
     function draw(fq, fk) {  // fq / fk: the hovered query / key, -1 for none
+      cv.el.dataset.focus = fq + ',' + fk;
       ctx.clearRect(0, 0, W, Hh);
       ctx.font = '12px sans-serif'; ctx.fillStyle = '#6c757d'; ctx.textBaseline = 'middle';
       ctx.textAlign = 'right'; ctx.fillText('queries', xl - 8, 10);
@@ -326,6 +328,7 @@
       draw(fq, fk);
     });
     cv.el.addEventListener('mouseleave', function () { hovered = ''; draw(-1, -1); });
+    cv.el.dataset.firstQueryY = String(qy(0));
     draw(-1, -1);
     box.appendChild(cv.el);
   }
@@ -411,6 +414,41 @@
     heatmap(box, snapshot(state.step, state.layer, state.head), T_Q, T_K, D.queryLabels, D.keyLabels, 480);
   }
 
+  // report.html#selftest: drive the page as a user would (click, toggle, hover, slide) and
+  // record what happened in #attnkit-status's data-selftest, for the browser test.
+  function selfTest() {
+    var out = [];
+    function check(name, ok) { out.push(name + ':' + (ok ? 'ok' : 'fail')); }
+    function mouse(target, type, x, y) {
+      var r = target.getBoundingClientRect();
+      target.dispatchEvent(new MouseEvent(type, { bubbles: true, clientX: r.left + x, clientY: r.top + y }));
+    }
+    var last = thumbs[thumbs.length - 1];
+    last.dispatchEvent(new MouseEvent('click', { bubbles: true }));
+    check('click', document.getElementById('detail-title').textContent.indexOf(headName(L - 1, H - 1)) >= 0 &&
+      last.classList.contains('selected'));
+    var toggle = document.querySelector('.head-toggle');
+    toggle.click();
+    check('toggle', toggle.classList.contains('off') && !state.heads[0]);
+    toggle.click();
+    var links = document.querySelector('canvas.links');
+    mouse(links, 'mousemove', 4, +links.dataset.firstQueryY);
+    check('hover', links.dataset.focus === '0,-1');
+    mouse(links, 'mouseleave', 0, 0);
+    check('unhover', links.dataset.focus === '-1,-1');
+    var map = document.querySelector('#detail canvas.heatmap');
+    mouse(map, 'mousemove', +map.dataset.left + +map.dataset.cell / 2, +map.dataset.top + +map.dataset.cell / 2);
+    check('tip', !tip.hidden && tip.textContent.indexOf('query ' + D.queryLabels[0] + ' → key ' + D.keyLabels[0]) === 0);
+    hideTip();
+    if (snapshots) {
+      var slider = document.getElementById('snapshot-slider');
+      slider.value = String(D.snapshotSteps.length - 1);
+      slider.dispatchEvent(new Event('input'));
+      check('slider', document.getElementById('snapshot-label').textContent.indexOf('step ' + D.snapshotSteps[D.snapshotSteps.length - 1] + ' ') === 0);
+    }
+    status.dataset.selftest = out.join(' ');
+  }
+
   function main() {
     D = JSON.parse(document.getElementById('attnkit-data').textContent);
     ramp = D.colormap; L = D.layers; H = D.heads; T_Q = D.rows; T_K = D.cols;
@@ -426,6 +464,7 @@
     status.dataset.layers = String(L);
     status.dataset.heads = String(H);
     status.dataset.ms = String(Date.now() - started);
+    if (location.hash === '#selftest') selfTest();
   }
 
   try {
