@@ -79,7 +79,7 @@ Figure loss_curve_figure(const std::vector<float>& losses, const LossCurveOption
     f.text(X(step) + 3, y0 + text_ascent(kTick), name, kTick, kMarker);
   }
   // Per-step losses (broken at non-finite values); a trailing moving average over many steps.
-  const size_t window = losses.size() >= 60 ? std::max<size_t>(5, losses.size() / 40) : 0;
+  const size_t window = losses.size() >= 60 ? std::max<size_t>(5, losses.size() / 40) | 1 : 0;  // odd
   std::vector<std::pair<double, double>> pts;
   auto flush = [&](Color c, double width) {
     if (pts.size() == 1) f.circle(pts[0].first, pts[0].second, width, c);
@@ -95,12 +95,16 @@ Figure loss_curve_figure(const std::vector<float>& losses, const LossCurveOption
   }
   flush(window ? kRaw : kSmooth, window ? 1 : 2);
   if (window) {
-    double sum = 0;
-    size_t count = 0;
+    // Centred (not trailing) mean, so the smooth curve does not lag behind the steps.
+    std::vector<double> sum(losses.size() + 1, 0.0), count(losses.size() + 1, 0.0);
     for (size_t k = 0; k < losses.size(); ++k) {
-      if (std::isfinite(losses[k])) sum += losses[k], ++count;
-      if (k >= window && std::isfinite(losses[k - window])) sum -= losses[k - window], --count;
-      if (k + 1 >= window && count > 0) pts.emplace_back(X(static_cast<double>(k + 1)), Y(sum / static_cast<double>(count)));
+      const bool ok = std::isfinite(losses[k]);
+      sum[k + 1] = sum[k] + (ok ? losses[k] : 0.0), count[k + 1] = count[k] + ok;
+    }
+    const size_t half = window / 2;
+    for (size_t k = half; k + half < losses.size(); ++k) {
+      const double c = count[k + half + 1] - count[k - half];
+      if (c > 0) pts.emplace_back(X(static_cast<double>(k + 1)), Y((sum[k + half + 1] - sum[k - half]) / c));
     }
     flush(kSmooth, 2.2);
     // Legend, top right inside the plot.

@@ -191,7 +191,7 @@
       ctx.strokeStyle = 'rgba(214,39,40,0.35)';
       ctx.beginPath(); ctx.moveTo(X(st) + 0.5, top); ctx.lineTo(X(st) + 0.5, top + ph); ctx.stroke();
     });
-    var window_ = n >= 60 ? Math.max(5, Math.floor(n / 40)) : 0;
+    var window_ = n >= 60 ? Math.max(5, Math.floor(n / 40)) | 1 : 0, half = window_ >> 1;
     function line(values, offset, color, width) {
       ctx.strokeStyle = color; ctx.lineWidth = width; ctx.lineJoin = 'round'; ctx.beginPath();
       var pen = false;
@@ -203,21 +203,25 @@
       ctx.stroke();
     }
     line(losses, 0, window_ ? '#9ecae1' : '#08519c', window_ ? 1 : 2);
-    var smooth = [];
+    var smooth = [];  // centred mean of window_ steps, smooth[k] for step k + 1 + half
     if (window_) {
-      var sum = 0, cnt = 0;
+      var sum = [0], cnt = [0];
       for (var k = 0; k < n; k++) {
-        if (isFinite(losses[k])) { sum += losses[k]; cnt++; }
-        if (k >= window_ && isFinite(losses[k - window_])) { sum -= losses[k - window_]; cnt--; }
-        if (k + 1 >= window_) smooth.push(cnt ? sum / cnt : NaN);
+        var ok = isFinite(losses[k]);
+        sum.push(sum[k] + (ok ? losses[k] : 0)); cnt.push(cnt[k] + (ok ? 1 : 0));
       }
-      line(smooth, window_ - 1, '#08519c', 2.2);
+      for (k = half; k + half < n; k++) {
+        var c = cnt[k + half + 1] - cnt[k - half];
+        smooth.push(c ? (sum[k + half + 1] - sum[k - half]) / c : NaN);
+      }
+      line(smooth, half, '#08519c', 2.2);
     }
     cv.el.addEventListener('mousemove', function (e) {
       var r = cv.el.getBoundingClientRect(), st = Math.round((e.clientX - r.left - left) / pw * n);
       if (st < 1 || st > n) return hideTip();
       var text = 'step ' + st + ': loss ' + losses[st - 1].toFixed(4);
-      if (window_ && st >= window_) text += ', mean of ' + window_ + ' steps ' + smooth[st - window_].toFixed(4);
+      if (window_ && st - 1 - half >= 0 && st - 1 - half < smooth.length)
+        text += ', mean of ' + window_ + ' steps around it ' + smooth[st - 1 - half].toFixed(4);
       showTip(text, e);
     });
     cv.el.addEventListener('mouseleave', hideTip);
@@ -265,6 +269,7 @@
     D.queryLabels.forEach(function (s) { lw = Math.max(lw, probe.measureText(s).width); });
     D.keyLabels.forEach(function (s) { rw = Math.max(rw, probe.measureText(s).width); });
     var span = n > 32 ? 280 : 220, top = 24;
+    var minWeight = n > 32 ? 0.05 : 0.01;  // as in links.png: faint lines of long sequences only grey the picture
     var xl = Math.ceil(lw) + 14, xr = xl + span, W = xr + Math.ceil(rw) + 16, Hh = top + n * rowH + 8;
     var cv = canvas(W, Hh, 'links'), ctx = cv.ctx;
     var q0 = top + (n - T_Q) * rowH / 2, k0 = top + (n - T_K) * rowH / 2;
@@ -286,7 +291,7 @@
           for (var j = 0; j < T_K; j++) {
             if (fk >= 0 && j !== fk) continue;
             var v = w[i * T_K + j];
-            if (!(v >= 0.01)) continue;
+            if (!(v >= minWeight)) continue;
             paths[Math.min(buckets - 1, Math.floor(Math.min(1, v) * buckets))].push(i, j);
           }
         }
