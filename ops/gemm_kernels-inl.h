@@ -351,8 +351,10 @@ inline bool DirectChunked(int64_t k, int64_t width, int64_t lanes) {
   return k > 256 && width % (2 * lanes) == 0 && width <= 256;
 }
 
-inline void GemmDirectChunked(DF d, const GemmArgs& g, const float* b, int64_t ldb, int64_t i0,
-                              int64_t i1, int64_t j0, int64_t j1) {
+// Kept out of line: inlined, it costs the tiny products' GemmDirect registers and branches.
+inline HWY_NOINLINE void GemmDirectChunked(DF d, const GemmArgs& g, const float* b,
+                                           int64_t ldb, int64_t i0, int64_t i1, int64_t j0,
+                                           int64_t j1) {
   const int64_t width = j1 - j0;
   for (int64_t ic = i0; ic < i1; ic += gemm_detail::kDirectRows) {
     const int64_t ie = std::min(i1, ic + gemm_detail::kDirectRows);
