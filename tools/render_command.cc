@@ -38,6 +38,9 @@ int run_render(const RenderArgs& r) {
     for (const auto* flag : {&r.tokens, &r.query_tokens, &r.title})
       if (!flag->empty()) throw UsageError("--tokens, --query-tokens and --title apply to an .npy file, not a run folder");
     if (r.layer >= 0 || r.head >= 0) throw UsageError("--layer and --head apply to an .npy file, not a run folder");
+    const std::string ext = fs::path(r.out).extension().string();
+    if (ext == ".png" || ext == ".svg" || ext == ".html")
+      throw UsageError("--out " + r.out + ": a run folder is drawn into a folder (pictures + report.html), not one file");
     render::RunRenderOptions o;
     o.scale = r.scale;
     o.map = render::colormap_from_name(r.colormap);
