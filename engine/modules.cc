@@ -13,9 +13,10 @@ Tensor Embedding::operator()(Tensor ids) const {
   return weight.graph().apply(OpKind::kEmbedding, {weight.id(), ids.id()})[0];
 }
 
-Linear::Linear(Graph& g, const std::string& name, int64_t in, int64_t out, bool with_bias)
+Linear::Linear(Graph& g, const std::string& name, int64_t in, int64_t out, bool with_bias,
+               float init_gain)
     : weight(g.parameter(name + ".weight", {in, out}, Init::kNormal,
-                         static_cast<float>(1.0 / std::sqrt(static_cast<double>(in))))) {
+                         static_cast<float>(init_gain / std::sqrt(static_cast<double>(in))))) {
   if (with_bias) bias = g.parameter(name + ".bias", {out}, Init::kZeros);
 }
 
@@ -54,8 +55,8 @@ Attention scaled_dot_product_attention(Tensor q, Tensor k, Tensor v, Tensor mask
 
 MultiHeadAttention::MultiHeadAttention(Graph& g, const std::string& name, int64_t d_model,
                                        int64_t heads_, bool causal_)
-    : q(g, name + ".q", d_model, d_model),
-      k(g, name + ".k", d_model, d_model),
+    : q(g, name + ".q", d_model, d_model, true, kQueryKeyInitGain),
+      k(g, name + ".k", d_model, d_model, true, kQueryKeyInitGain),
       v(g, name + ".v", d_model, d_model),
       o(g, name + ".o", d_model, d_model),
       heads(heads_),

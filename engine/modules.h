@@ -13,8 +13,10 @@
 
 namespace attnkit {
 
-// Initialization (see README "Initialization"): Linear weights ~ N(0, 1/fan_in), biases 0,
-// embeddings ~ N(0, 1), LayerNorm gamma 1 and beta 0.
+// Initialization (see README "Initialization"): Linear weights ~ N(0, gain²/fan_in) with
+// gain 1, biases 0, embeddings ~ N(0, 1), LayerNorm gamma 1 and beta 0; attention's query and
+// key projections use gain 0.5, so the attention logits start 16× smaller in variance and
+// softmax starts near uniform instead of saturated.
 class Embedding {
  public:
   Embedding(Graph& g, const std::string& name, int64_t vocab, int64_t dim);
@@ -24,7 +26,8 @@ class Embedding {
 
 class Linear {
  public:
-  Linear(Graph& g, const std::string& name, int64_t in, int64_t out, bool bias = true);
+  Linear(Graph& g, const std::string& name, int64_t in, int64_t out, bool bias = true,
+         float init_gain = 1.0f);
   Tensor operator()(Tensor x) const;
   Tensor weight;  // [in, out]: y = x·W + b
   Tensor bias;    // [out], or invalid without bias
@@ -66,6 +69,11 @@ struct Attention {
 // [batch, Tq, Tk] input, non-zero = forbidden; causal forbids keys after the query.
 Attention scaled_dot_product_attention(Tensor q, Tensor k, Tensor v, Tensor mask = {},
                                        bool causal = false, int64_t heads = 1, float scale = 0.0f);
+
+// Gain of the query and key projections' initialization. Measured over the lesson tasks at
+// their own hyperparameters (tools/eval_seeds.sh): neighbor-sum seeds 0–29 reach mean
+// validation accuracy 0.992 (min 0.76) with 0.5, 0.919 (min 0.21) with 1.0.
+inline constexpr float kQueryKeyInitGain = 0.5f;
 
 // Separate Q, K, V, O projections Linear(D, D) with bias, heads of D/H, scaled by √(D/H).
 class MultiHeadAttention {
