@@ -8,6 +8,7 @@ packages=(
   libhwy-dev            # Highway: portable SIMD with runtime dispatch (ops/)
   libopenblas-dev       # OpenBLAS: reference GEMM in tests, optional backend, benchmark baseline
   libomp-dev            # OpenMP runtime headers (g++ uses libgomp; clang for fuzzing uses libomp)
+  clang libclang-rt-14-dev  # libFuzzer targets (tools/fuzz.sh)
   libbenchmark-dev      # Google Benchmark: bench/
   catch2                # Catch2 2.x: tests/
   libcli11-dev          # CLI11: the attnkit command line
