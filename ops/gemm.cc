@@ -93,7 +93,8 @@ Block block_of_slice(int64_t m, int64_t n, Slice s, bool rows_only) {
   return {0, m, j0, j1};
 }
 
-// C[i0..i1, j0..j1] = beta·C, without reading C when beta == 0 (k == 0 or alpha == 0).
+// C[i0..i1, j0..j1] = beta·C (+ bias), without reading C when beta == 0 (k == 0 or
+// alpha == 0).
 void scale_block(const GemmArgs& g, const Block& blk) {
   for (int64_t i = blk.i0; i < blk.i1; ++i) {
     float* row = g.c + i * g.ldc;
@@ -102,6 +103,18 @@ void scale_block(const GemmArgs& g, const Block& blk) {
     } else if (g.beta != 1.0f) {
       for (int64_t j = blk.j0; j < blk.j1; ++j) row[j] *= g.beta;
     }
+    if (g.bias) {
+      for (int64_t j = blk.j0; j < blk.j1; ++j) row[j] += g.bias[j];
+    }
+  }
+}
+
+// C[i0..i1, all columns] += bias (the OpenBLAS backend's epilogue).
+void add_bias_rows(const GemmArgs& g, int64_t i0, int64_t i1) {
+  if (!g.bias) return;
+  for (int64_t i = i0; i < i1; ++i) {
+    float* row = g.c + i * g.ldc;
+    for (int64_t j = 0; j < g.n; ++j) row[j] += g.bias[j];
   }
 }
 
@@ -169,8 +182,14 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 void sgemm_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                  int64_t ldc, Slice s) {
+  sgemm_bias_slice(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, nullptr, s);
+}
+
+void sgemm_bias_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                      const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                      float* c, int64_t ldc, const float* bias, Slice s) {
   if (m <= 0 || n <= 0) return;
-  const GemmArgs g{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
+  const GemmArgs g{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias};
   const bool openblas = g_backend.load(std::memory_order_relaxed) == GemmBackend::kOpenBLAS;
   const Block blk = block_of_slice(m, n, s, openblas);
   if (blk.i0 >= blk.i1 || blk.j0 >= blk.j1) return;
@@ -178,6 +197,7 @@ void sgemm_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
     scale_block(g, blk);
   } else if (openblas) {
     openblas_rows(g, blk.i0, blk.i1);
+    add_bias_rows(g, blk.i0, blk.i1);
   } else {
     HWY_DYNAMIC_DISPATCH(GemmBlockTarget)(g, blk.i0, blk.i1, blk.j0, blk.j1);
   }

@@ -23,6 +23,14 @@ void sgemm_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                  int64_t ldc, Slice s);
 
+// sgemm_slice with a bias epilogue (a Linear layer's y = x·W + b in one pass):
+// C = alpha·op(A)·op(B) + beta·C + bias[j] in every row i, bias holding n values. The bias is
+// added in the final store of each tile, the same way whatever the slice count (results stay
+// bitwise independent of it); bias == nullptr is exactly sgemm_slice.
+void sgemm_bias_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                      const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                      float* c, int64_t ldc, const float* bias, Slice s);
+
 // Strides of a batch of products indexed by (batch, head): product i = bi·heads + hi uses
 // A + bi·a_batch + hi·a_head (likewise B and C). Attention over [B, T, H·dh] activations
 // uses a_batch = T·H·dh, a_head = dh, lda = H·dh without copying heads apart.

@@ -14,7 +14,8 @@
 
 namespace attnkit::gemm_detail {
 
-// One product C = alpha·op(A)·op(B) + beta·C; the kernels compute a sub-block of it.
+// One product C = alpha·op(A)·op(B) + beta·C (+ bias[j] in every row when bias is set); the
+// kernels compute a sub-block of it.
 struct GemmArgs {
   bool trans_a, trans_b;
   int64_t m, n, k;
@@ -26,6 +27,9 @@ struct GemmArgs {
   float beta;
   float* c;
   int64_t ldc;
+  // n values added to every row of C in the final store of each tile (after alpha·acc and
+  // beta·C are combined), or nullptr.
+  const float* bias = nullptr;
 };
 
 // Per-thread grow-only 64-byte-aligned scratch; slot 0 holds packed A, slot 1 packed B.
@@ -138,6 +142,15 @@ HWY_INLINE VF CombineVec(DF d, VF acc, VF alpha, VF beta, VF old, Combine combin
   return hn::MulAdd(acc, alpha, hn::Mul(beta, old));
 }
 
+// CombineVec plus the bias epilogue: alpha·acc + bias fused when C is not read, else the
+// combined value + bias. Only the column decides the operations, never the tile or slice.
+HWY_INLINE VF CombineBias(DF d, VF acc, VF alpha, VF beta, VF old, Combine combine, bool has_bias,
+                          VF bias) {
+  if (!has_bias) return CombineVec(d, acc, alpha, beta, old, combine);
+  if (combine == Combine::kOverwrite) return hn::MulAdd(acc, alpha, bias);
+  return hn::Add(CombineVec(d, acc, alpha, beta, old, combine), bias);
+}
+
 // Stores the first `count` lanes of v. Masked stores are microcoded and slow on AMD, so the
 // ragged part goes through a stack buffer.
 HWY_INLINE void StoreFirst(DF d, VF v, size_t count, float* HWY_RESTRICT p) {
@@ -150,29 +163,38 @@ HWY_INLINE void StoreFirst(DF d, VF v, size_t count, float* HWY_RESTRICT p) {
   for (size_t i = 0; i < count; ++i) p[i] = buf[i];
 }
 
+// With kBias, bias holds the bias of the tile's cols columns (ignored otherwise).
+template <bool kBias = false>
 HWY_INLINE void StoreTile(DF d, const VF (&acc)[kMR][2], int64_t rows, size_t cols, float alpha,
-                          float beta, Combine combine, float* HWY_RESTRICT c, int64_t ldc) {
+                          float beta, Combine combine, float* HWY_RESTRICT c, int64_t ldc,
+                          const float* HWY_RESTRICT bias = nullptr) {
   const size_t lanes = hn::Lanes(d);
   const VF va = hn::Set(d, alpha), vb = hn::Set(d, beta);
   const bool read = combine != Combine::kOverwrite;
+  constexpr bool has_bias = kBias;
   if (cols == 2 * lanes) {
+    const VF b0 = has_bias ? hn::LoadU(d, bias) : hn::Zero(d);
+    const VF b1 = has_bias ? hn::LoadU(d, bias + lanes) : hn::Zero(d);
     for (int64_t r = 0; r < rows; ++r) {
       float* cr = c + r * ldc;
       const VF o0 = read ? hn::LoadU(d, cr) : hn::Zero(d);
       const VF o1 = read ? hn::LoadU(d, cr + lanes) : hn::Zero(d);
-      hn::StoreU(CombineVec(d, acc[r][0], va, vb, o0, combine), d, cr);
-      hn::StoreU(CombineVec(d, acc[r][1], va, vb, o1, combine), d, cr + lanes);
+      hn::StoreU(CombineBias(d, acc[r][0], va, vb, o0, combine, has_bias, b0), d, cr);
+      hn::StoreU(CombineBias(d, acc[r][1], va, vb, o1, combine, has_bias, b1), d, cr + lanes);
     }
     return;
   }
   const size_t cols0 = std::min(cols, lanes), cols1 = cols > lanes ? cols - lanes : 0;
+  const VF b0 = has_bias ? LoadFirst(d, bias, cols0) : hn::Zero(d);
+  const VF b1 = has_bias && cols1 > 0 ? LoadFirst(d, bias + lanes, cols1) : hn::Zero(d);
   for (int64_t r = 0; r < rows; ++r) {
     float* cr = c + r * ldc;
     const VF o0 = read ? LoadFirst(d, cr, cols0) : hn::Zero(d);
-    StoreFirst(d, CombineVec(d, acc[r][0], va, vb, o0, combine), cols0, cr);
+    StoreFirst(d, CombineBias(d, acc[r][0], va, vb, o0, combine, has_bias, b0), cols0, cr);
     if (cols1 > 0) {
       const VF o1 = read ? LoadFirst(d, cr + lanes, cols1) : hn::Zero(d);
-      StoreFirst(d, CombineVec(d, acc[r][1], va, vb, o1, combine), cols1, cr + lanes);
+      StoreFirst(d, CombineBias(d, acc[r][1], va, vb, o1, combine, has_bias, b1), cols1,
+                 cr + lanes);
     }
   }
 }
@@ -189,22 +211,26 @@ inline Combine FirstCombine(float beta) {
 // a panel at least V wide) with vectors ending exactly at j1, overlapping what lies before.
 // Overlapping lanes are recomputed by the same FMA chain, so storing them again is harmless
 // unless C is read (beta) or the lanes belong to another slice; then only new lanes are stored.
-template <int R>
+// With kBias, bias holds the bias of the tail's t columns.
+template <int R, bool kBias>
 HWY_INLINE void DirectTail(DF d, const GemmArgs& g, const float* a, int64_t ar, int64_t ak,
                            const float* b, int64_t ldb, float* c, int64_t t,
-                           bool may_overwrite_before, VF (&acc)[kMR][2]) {
+                           bool may_overwrite_before, const float* bias, VF (&acc)[kMR][2]) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const Combine combine = FirstCombine(g.beta);
   const VF va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
   const bool read = combine != Combine::kOverwrite;
+  constexpr bool has_bias = kBias;
   if (t > lanes) {  // [j, j + V) and [j1 - V, j1): the overlap stays inside this tile
     AccumulateTile<R, 2>(d, g.k, a, ar, ak, b, b + t - lanes, ldb, acc);
+    const VF b0 = has_bias ? hn::LoadU(d, bias) : hn::Zero(d);
+    const VF b1 = has_bias ? hn::LoadU(d, bias + t - lanes) : hn::Zero(d);
     for (int r = 0; r < R; ++r) {
       float* cr = c + r * g.ldc;
       const VF o0 = read ? hn::LoadU(d, cr) : hn::Zero(d);
       const VF o1 = read ? hn::LoadU(d, cr + t - lanes) : hn::Zero(d);
-      const VF n0 = CombineVec(d, acc[r][0], va, vb, o0, combine);
-      const VF n1 = CombineVec(d, acc[r][1], va, vb, o1, combine);
+      const VF n0 = CombineBias(d, acc[r][0], va, vb, o0, combine, has_bias, b0);
+      const VF n1 = CombineBias(d, acc[r][1], va, vb, o1, combine, has_bias, b1);
       hn::StoreU(n0, d, cr);
       hn::StoreU(n1, d, cr + t - lanes);
     }
@@ -213,26 +239,36 @@ HWY_INLINE void DirectTail(DF d, const GemmArgs& g, const float* a, int64_t ar, 
   // One vector [j1 - V, j1), overlapping the previous tile.
   AccumulateTile<R, 1>(d, g.k, a, ar, ak, b + t - lanes, nullptr, ldb, acc);
   const bool whole = !read && may_overwrite_before;
+  const size_t skip = static_cast<size_t>(lanes - t);
+  VF bv = hn::Zero(d);
+  if (has_bias) {
+    if (whole) {  // the columns before j are this block's too: their bias is there
+      bv = hn::LoadU(d, bias - skip);
+    } else {
+      alignas(64) float bbuf[64 / sizeof(float)] = {};
+      for (size_t i = skip; i < static_cast<size_t>(lanes); ++i) bbuf[i] = bias[i - skip];
+      bv = hn::Load(d, bbuf);
+    }
+  }
   for (int r = 0; r < R; ++r) {
     float* cr = c + r * g.ldc + t - lanes;
     if (whole) {
-      hn::StoreU(hn::Mul(acc[r][0], va), d, cr);
+      hn::StoreU(CombineBias(d, acc[r][0], va, vb, hn::Zero(d), combine, has_bias, bv), d, cr);
       continue;
     }
     alignas(64) float buf[64 / sizeof(float)];
-    const size_t skip = static_cast<size_t>(lanes - t);
     if (read) {
       for (size_t i = skip; i < static_cast<size_t>(lanes); ++i) buf[i] = cr[i];
     }
     const VF o = read ? hn::Load(d, buf) : hn::Zero(d);
-    hn::Store(CombineVec(d, acc[r][0], va, vb, o, combine), d, buf);
+    hn::Store(CombineBias(d, acc[r][0], va, vb, o, combine, has_bias, bv), d, buf);
     for (size_t i = skip; i < static_cast<size_t>(lanes); ++i) cr[i] = buf[i];
   }
 }
 
 // Rows i..i+R of a direct block; op(B) columns j0..j1 are at b (row stride ldb), which reads
 // whole vectors up to V columns before j1 when j1 - j0 < V.
-template <int R>
+template <int R, bool kBias>
 HWY_INLINE void DirectRows(DF d, const GemmArgs& g, int64_t i, const float* b, int64_t ldb,
                            int64_t j0, int64_t j1) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), nr = 2 * lanes;
@@ -244,10 +280,12 @@ HWY_INLINE void DirectRows(DF d, const GemmArgs& g, int64_t i, const float* b, i
   int64_t j = j0;
   for (; j + nr <= j1; j += nr) {
     AccumulateTile<R, 2>(d, g.k, a, ar, ak, b + (j - j0), b + (j - j0) + lanes, ldb, acc);
-    StoreTile(d, acc, R, nr, g.alpha, g.beta, combine, c + j, g.ldc);
+    StoreTile<kBias>(d, acc, R, nr, g.alpha, g.beta, combine, c + j, g.ldc,
+                     kBias ? g.bias + j : nullptr);
   }
   if (j < j1) {
-    DirectTail<R>(d, g, a, ar, ak, b + (j - j0), ldb, c + j, j1 - j, j1 - lanes >= j0, acc);
+    DirectTail<R, kBias>(d, g, a, ar, ak, b + (j - j0), ldb, c + j, j1 - j, j1 - lanes >= j0,
+                         kBias ? g.bias + j : nullptr, acc);
   }
 }
 
@@ -336,7 +374,12 @@ HWY_INLINE void ChunkRows(DF d, const GemmArgs& g, int64_t i, const float* b, in
       AccumulateTile<R, 2, false>(d, kc, a, ar, ak, bj, bj + lanes, ldb, acc);
     }
     if (last) {
-      StoreTile(d, acc, R, static_cast<size_t>(nr), g.alpha, g.beta, combine, c + j, g.ldc);
+      if (g.bias) {
+        StoreTile<true>(d, acc, R, static_cast<size_t>(nr), g.alpha, g.beta, combine, c + j,
+                        g.ldc, g.bias + j);
+      } else {
+        StoreTile(d, acc, R, static_cast<size_t>(nr), g.alpha, g.beta, combine, c + j, g.ldc);
+      }
     } else {
       for (int r = 0; r < R; ++r) {
         hn::StoreU(acc[r][0], d, pr + r * ldp);
@@ -387,6 +430,39 @@ inline HWY_NOINLINE void GemmDirectChunked(DF d, const GemmArgs& g, const float*
   }
 }
 
+// Rows [i0, i1) × columns [j0, j1) of a direct block whose op(B) columns are at b.
+template <bool kBias>
+HWY_INLINE void DirectBlock(DF d, const GemmArgs& g, const float* b, int64_t ldb, int64_t i0,
+                            int64_t i1, int64_t j0, int64_t j1) {
+  for (int64_t ic = i0; ic < i1; ic += gemm_detail::kDirectRows) {
+    const int64_t ie = std::min(i1, ic + gemm_detail::kDirectRows);
+    int64_t i = ic;
+    // Full 6-row tiles, except that 7 to 9 remaining rows become two tiles of 4 or 5 rows
+    // (a 1- to 3-row tile has too few independent FMA chains to hide the FMA latency). Which
+    // tile a row falls in does not change how its elements are computed.
+    for (; ie - i >= kMR + 4 || ie - i == kMR; i += kMR) {
+      DirectRows<6, kBias>(d, g, i, b, ldb, j0, j1);
+    }
+    if (ie - i > kMR) {
+      if (ie - i == 9) {
+        DirectRows<5, kBias>(d, g, i, b, ldb, j0, j1);
+        i += 5;
+      } else {
+        DirectRows<4, kBias>(d, g, i, b, ldb, j0, j1);
+        i += 4;
+      }
+    }
+    switch (ie - i) {
+      case 5: DirectRows<5, kBias>(d, g, i, b, ldb, j0, j1); break;
+      case 4: DirectRows<4, kBias>(d, g, i, b, ldb, j0, j1); break;
+      case 3: DirectRows<3, kBias>(d, g, i, b, ldb, j0, j1); break;
+      case 2: DirectRows<2, kBias>(d, g, i, b, ldb, j0, j1); break;
+      case 1: DirectRows<1, kBias>(d, g, i, b, ldb, j0, j1); break;
+      default: break;
+    }
+  }
+}
+
 inline void GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
@@ -412,30 +488,10 @@ inline void GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
     GemmDirectChunked(d, g, b, ldb, i0, i1, j0, j1);
     return;
   }
-  for (int64_t ic = i0; ic < i1; ic += gemm_detail::kDirectRows) {
-    const int64_t ie = std::min(i1, ic + gemm_detail::kDirectRows);
-    int64_t i = ic;
-    // Full 6-row tiles, except that 7 to 9 remaining rows become two tiles of 4 or 5 rows
-    // (a 1- to 3-row tile has too few independent FMA chains to hide the FMA latency). Which
-    // tile a row falls in does not change how its elements are computed.
-    for (; ie - i >= kMR + 4 || ie - i == kMR; i += kMR) DirectRows<6>(d, g, i, b, ldb, j0, j1);
-    if (ie - i > kMR) {
-      if (ie - i == 9) {
-        DirectRows<5>(d, g, i, b, ldb, j0, j1);
-        i += 5;
-      } else {
-        DirectRows<4>(d, g, i, b, ldb, j0, j1);
-        i += 4;
-      }
-    }
-    switch (ie - i) {
-      case 5: DirectRows<5>(d, g, i, b, ldb, j0, j1); break;
-      case 4: DirectRows<4>(d, g, i, b, ldb, j0, j1); break;
-      case 3: DirectRows<3>(d, g, i, b, ldb, j0, j1); break;
-      case 2: DirectRows<2>(d, g, i, b, ldb, j0, j1); break;
-      case 1: DirectRows<1>(d, g, i, b, ldb, j0, j1); break;
-      default: break;
-    }
+  if (g.bias) {
+    DirectBlock<true>(d, g, b, ldb, i0, i1, j0, j1);
+  } else {
+    DirectBlock<false>(d, g, b, ldb, i0, i1, j0, j1);
   }
 }
 
@@ -461,7 +517,8 @@ HWY_INLINE void StoreSwapped(DF d, const GemmArgs& g, const VF (&acc)[kMR][2], i
       for (int64_t l = la; l < lb; ++l) tmp[l] = c[l * g.ldc + r];
       old = hn::Load(d, tmp);
     }
-    hn::Store(CombineVec(d, acc[r][v], va, vb, old, combine), d, tmp);
+    const VF bv = g.bias ? hn::Set(d, g.bias[j + r]) : hn::Zero(d);
+    hn::Store(CombineBias(d, acc[r][v], va, vb, old, combine, g.bias != nullptr, bv), d, tmp);
     for (int64_t l = la; l < lb; ++l) c[l * g.ldc + r] = tmp[l];
   }
 }
@@ -562,7 +619,9 @@ HWY_INLINE void DotTile(DF d, const GemmArgs& g, int64_t i, int64_t j0, const fl
     float* c = g.c + (i + r) * g.ldc + j0;
     for (int j = 0; j < NJ; ++j) {
       const VF old = read ? hn::Set(d, c[j]) : hn::Zero(d);
-      c[j] = hn::GetLane(CombineVec(d, hn::SumOfLanes(d, acc[r][j]), va, vb, old, combine));
+      const VF bv = g.bias ? hn::Set(d, g.bias[j0 + j]) : hn::Zero(d);
+      c[j] = hn::GetLane(CombineBias(d, hn::SumOfLanes(d, acc[r][j]), va, vb, old, combine,
+                                     g.bias != nullptr, bv));
     }
   }
 }
@@ -667,6 +726,7 @@ inline void GemmPacked(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
     for (int64_t pc = 0; pc < g.k; pc += kKC) {
       const int64_t kc = std::min(kKC, g.k - pc);
       const Combine combine = pc == 0 ? FirstCombine(g.beta) : Combine::kAdd;
+      const float* bias = g.bias && pc + kc >= g.k ? g.bias + jc : nullptr;  // last k block
       PackB(g, pc, kc, jc, nc, nr, bp);
       for (int64_t ic = i0; ic < i1; ic += kMC) {
         const int64_t mc = std::min(kMC, i1 - ic);
@@ -683,8 +743,13 @@ inline void GemmPacked(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
               hwy::Prefetch(ct + r * g.ldc + nr - 1);
             }
             AccumulateTile<6, 2>(d, kc, ap + ir * kc, 1, kMR, bpanel, bpanel + nr / 2, nr, acc);
-            StoreTile(d, acc, rows, cols, g.alpha, g.beta, combine,
-                      g.c + (ic + ir) * g.ldc + jc + jr, g.ldc);
+            float* ct0 = g.c + (ic + ir) * g.ldc + jc + jr;
+            if (bias) {
+              StoreTile<true>(d, acc, rows, cols, g.alpha, g.beta, combine, ct0, g.ldc,
+                              bias + jr);
+            } else {
+              StoreTile(d, acc, rows, cols, g.alpha, g.beta, combine, ct0, g.ldc);
+            }
           }
         }
       }

@@ -51,7 +51,9 @@ Problem make_problem(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
 
 // Checks `got` (C after the product) against a double reference computed from p.c (C before),
 // with a tolerance scaled by sum |a||b| and |beta·c|, and that the ld padding is untouched.
-void check_against_reference(const Problem& p, const std::vector<float>& got) {
+// bias (n values, or nullptr) is added to every row of the reference.
+void check_against_reference(const Problem& p, const std::vector<float>& got,
+                             const float* bias = nullptr) {
   const double eps = std::numeric_limits<float>::epsilon();
   for (int64_t i = 0; i < p.m; ++i) {
     for (int64_t j = 0; j < p.n; ++j) {
@@ -63,9 +65,11 @@ void check_against_reference(const Problem& p, const std::vector<float>& got) {
         mag += std::fabs(av * bv);
       }
       const double c0 = p.beta == 0.0f ? 0.0 : p.c[i * p.ldc + j];
-      const double want = p.alpha * sum + p.beta * c0;
+      const double bj = bias ? bias[j] : 0.0;
+      const double want = p.alpha * sum + p.beta * c0 + bj;
       const double tol =
-          (p.k + 4) * eps * (std::fabs(p.alpha) * mag + std::fabs(p.beta * c0)) + 1e-30;
+          (p.k + 4) * eps * (std::fabs(p.alpha) * mag + std::fabs(p.beta * c0) + std::fabs(bj)) +
+          1e-30;
       const float have = got[i * p.ldc + j];
       if (!(std::fabs(have - want) <= tol)) {
         INFO("C[" << i << "," << j << "] = " << have << ", want " << want << " (tol " << tol
@@ -90,6 +94,22 @@ std::vector<float> run_slices(const Problem& p, int count) {
     attnkit::sgemm_slice(p.ta, p.tb, p.m, p.n, p.k, p.alpha, p.a.data(), p.lda, p.b.data(),
                          p.ldb, p.beta, c.data(), p.ldc, Slice{s, count});
   return c;
+}
+
+std::vector<float> run_bias_slices(const Problem& p, const float* bias, int count) {
+  std::vector<float> c = p.c;
+  for (int s = 0; s < count; ++s)
+    attnkit::sgemm_bias_slice(p.ta, p.tb, p.m, p.n, p.k, p.alpha, p.a.data(), p.lda, p.b.data(),
+                              p.ldb, p.beta, c.data(), p.ldc, bias, Slice{s, count});
+  return c;
+}
+
+std::vector<float> random_bias(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<float> bias(static_cast<size_t>(n));  // exact size: ASan sees reads past n
+  for (auto& x : bias) x = u(rng);
+  return bias;
 }
 
 bool bitwise_equal(const std::vector<float>& x, const std::vector<float>& y) {
@@ -191,6 +211,60 @@ TEST_CASE("sgemm_slice results are bitwise independent of the slice count", "[ge
       omp_set_num_threads(2);
       REQUIRE(bitwise_equal(one, run_sgemm(p)));  // sgemm's own parallel region
       omp_set_num_threads(saved);
+    }
+  }
+}
+
+TEST_CASE("sgemm_bias_slice adds the bias on every SIMD target, whatever the slice count",
+          "[gemm]") {
+  const std::vector<int64_t> sizes = {1, 2, 7, 9, 13, 33};
+  std::vector<Shape> shapes = kLargeShapes;
+  for (Shape s : {Shape{10, 10, 16}, Shape{640, 32, 32}, Shape{640, 128, 32}, Shape{37, 3, 13},
+                  Shape{21, 7, 9}, Shape{300, 300, 300}, Shape{130, 600, 400}, Shape{5, 3, 0}})
+    shapes.push_back(s);
+  attnkit::test::for_each_simd_target([&](const std::string& target) {
+    uint32_t seed = 500;
+    for (int trans = 0; trans < 4; ++trans) {
+      const bool ta = trans & 1, tb = trans & 2;
+      std::vector<Shape> all = shapes;
+      for (int64_t m : sizes)
+        for (int64_t n : sizes)
+          for (int64_t k : {int64_t{1}, int64_t{5}, int64_t{16}})
+            if ((m + n + k) % 2 == 0) all.push_back({m, n, k});
+      for (const Shape& s : all) {
+        int scalars = 0;
+        for (auto [alpha, beta] :
+             {std::pair<float, float>{1, 0}, {-0.5f, 1}, {2, -0.5f}, {0, 0.5f}}) {
+          if (s.m * s.n * s.k > 1000000 && scalars++ >= 2) break;  // big shapes: 2 cases
+          const Problem p = make_problem(ta, tb, s.m, s.n, s.k, alpha, beta, seed % 3, seed);
+          const std::vector<float> bias = random_bias(s.n, seed);
+          ++seed;
+          INFO(target << " ta=" << ta << " tb=" << tb << " m=" << s.m << " n=" << s.n
+                      << " k=" << s.k << " alpha=" << alpha << " beta=" << beta);
+          const std::vector<float> one = run_bias_slices(p, bias.data(), 1);
+          check_against_reference(p, one, bias.data());
+          for (int count : {2, 3, 8})
+            REQUIRE(bitwise_equal(one, run_bias_slices(p, bias.data(), count)));
+          // No bias: exactly sgemm_slice.
+          REQUIRE(bitwise_equal(run_slices(p, 2), run_bias_slices(p, nullptr, 2)));
+        }
+      }
+    }
+  });
+}
+
+TEST_CASE("sgemm_bias_slice on the OpenBLAS backend", "[gemm]") {
+  BackendGuard guard(attnkit::GemmBackend::kOpenBLAS);
+  for (int trans = 0; trans < 4; ++trans) {
+    for (const Shape& s :
+         {Shape{5, 5, 0}, Shape{1, 1, 1}, Shape{65, 127, 257}, Shape{640, 10, 128}}) {
+      for (float beta : {0.0f, -0.5f}) {
+        const Problem p = make_problem(trans & 1, trans & 2, s.m, s.n, s.k, 2.0f, beta, 2, 9);
+        const std::vector<float> bias = random_bias(s.n, 3);
+        INFO("trans=" << trans << " m=" << s.m << " n=" << s.n << " k=" << s.k);
+        check_against_reference(p, run_bias_slices(p, bias.data(), 1), bias.data());
+        check_against_reference(p, run_bias_slices(p, bias.data(), 3), bias.data());
+      }
     }
   }
 }
