@@ -21,8 +21,7 @@ Linear::Linear(Graph& g, const std::string& name, int64_t in, int64_t out, bool 
 }
 
 Tensor Linear::operator()(Tensor x) const {
-  Tensor y = weight.graph().apply(OpKind::kLinear, {x.id(), weight.id()})[0];
-  return bias.valid() ? y + bias : y;  // a broadcast add, in place on x·W
+  return weight.graph().apply(OpKind::kLinear, {x.id(), weight.id(), bias.valid() ? bias.id() : kNoTensor})[0];
 }
 
 Tensor ReLU::operator()(Tensor x) const { return x.graph().apply(OpKind::kRelu, {x.id()})[0]; }

@@ -1,20 +1,27 @@
-// Matmul by a weight: y = x·W with W stored [in, out] (the course's layout), x [..., in].
+// Linear: y = x·W (+ b) with W stored [in, out] (the course's layout), x [..., in].
 #include "engine/op_table.h"
+#include "ops/elementwise.h"
 #include "ops/gemm.h"
 
 namespace attnkit {
 namespace {
 
-// x·W and its backward go through sgemm_slice on the whole product, so every element is
-// computed the same way whatever the thread count. The bias is a separate broadcast add
-// (see Linear in modules.cc), which runs in place on this op's output.
+// x·W + b and its backward go through sgemm on the whole product (the bias added in the
+// GEMM's store), so every element is computed the same way whatever the thread count.
+// in: x, W, b (b may be absent).
 void linear_build(Graph& g, Node& n) {
-  if (n.in.size() != 2) shape_error(g, "matmul", "needs x and weight", {});
+  if (n.in.size() == 2) n.in.push_back(kNoTensor);
+  if (n.in.size() != 3) shape_error(g, "matmul", "needs x, weight and an optional bias", {});
   const TensorDesc& x = g.tensor(n.in[0]);
   const TensorDesc& w = g.tensor(n.in[1]);
   if (x.dtype != DType::kF32 || w.dtype != DType::kF32) shape_error(g, "matmul", "needs float tensors", n.in);
   if (w.shape.rank != 2 || x.shape.last() != w.shape[0])
-    shape_error(g, "matmul", "x's last dim must equal weight's first (weight is [in, out])", n.in);
+    shape_error(g, "matmul", "x's last dim must equal weight's first (weight is [in, out])", {n.in[0], n.in[1]});
+  if (n.in[2] != kNoTensor) {
+    const TensorDesc& b = g.tensor(n.in[2]);
+    if (b.dtype != DType::kF32 || b.shape.rank != 1 || b.shape[0] != w.shape[1])
+      shape_error(g, "matmul", "the bias must be float [out]", {n.in[1], n.in[2]});
+  }
   Shape ys = x.shape;
   ys[-1] = w.shape[1];
   n.out = {g.new_tensor(w.name + "(" + x.name + ")", DType::kF32, ys, x.batched)};
@@ -23,11 +30,12 @@ void linear_build(Graph& g, Node& n) {
 void linear_run(const RunContext& c, const Node& n, Slice s) {
   const Shape xs = c.shape(n.in[0]);
   const int64_t rows = xs.rows(), in = xs.last(), out = c.shape(n.in[1])[1];
-  sgemm_slice(false, false, rows, out, in, 1.0f, c.f32(n.in[0]), in, c.f32(n.in[1]), out, 0.0f,
-              c.f32(n.out[0]), out, s);
+  sgemm_bias_slice(false, false, rows, out, in, 1.0f, c.f32(n.in[0]), in, c.f32(n.in[1]), out,
+                   0.0f, c.f32(n.out[0]), out, n.in[2] != kNoTensor ? c.f32(n.in[2]) : nullptr, s);
 }
 
-// Backward node: in (x, W, dy); out (dx, dW), each possibly absent.
+// Backward node: in (x, W, dy); out (dx, dW, db), each possibly absent. The three write
+// disjoint memory, so they share one node (no barrier between them).
 void linear_differentiate(Autodiff& ad, const Node& n) {
   Node b;
   b.op = OpKind::kLinearBackward;
@@ -35,6 +43,7 @@ void linear_differentiate(Autodiff& ad, const Node& n) {
   b.backward = true;
   set_out_accumulate(b, 0, ad.contribute(n.in[0]));
   set_out_accumulate(b, 1, ad.contribute(n.in[1]));
+  set_out_accumulate(b, 2, n.in[2] == kNoTensor ? Autodiff::Target{} : ad.contribute(n.in[2]));
   ad.graph().add_node(std::move(b));
 }
 
@@ -49,6 +58,9 @@ void linear_backward_run(const RunContext& c, const Node& n, Slice s) {
   if (n.out[1] != kNoTensor)
     sgemm_slice(true, false, in, out, rows, 1.0f, x, in, dy, out, n.accumulates(1) ? 1.0f : 0.0f,
                 c.f32(n.out[1]), out, s);
+  // db = Σ_rows dy.
+  if (n.out.size() > 2 && n.out[2] != kNoTensor)
+    bias_backward(dy, c.f32(n.out[2]), rows, out, s, n.accumulates(2));
 }
 
 void no_build(Graph&, Node&) {}
