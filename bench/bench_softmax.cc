@@ -118,11 +118,60 @@ void BM_softmax_masked_causal_scalar(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * s.size());
 }
 
+// Backward (dx = scale·y⊙(dy − Σ dy⊙y), 0 at forbidden scores), with the padding + causal
+// mask (range(1) = 1) or none, given the forward's output.
+void BM_softmax_backward_attnkit(benchmark::State& state) {
+  Scores s(state.range(0), true);
+  attnkit::SoftmaxMask mask;
+  if (state.range(1)) {
+    mask.data = s.padding.data();
+    mask.group_div = s.heads;
+    mask.causal = true;
+  }
+  attnkit::softmax_forward(s.x.data(), s.y.data(), s.groups(), s.tq, s.tk, kScale, mask);
+  std::vector<float> dy = s.x, dx(s.x.size());
+  for (auto _ : state) {
+    attnkit::softmax_backward(s.y.data(), dy.data(), dx.data(), s.groups(), s.tq, s.tk, kScale,
+                              mask, false);
+    benchmark::DoNotOptimize(dx.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * s.size());
+}
+
+// The plain loop of the same backward (the mask is seen through y, which is 0 there).
+void BM_softmax_backward_scalar(benchmark::State& state) {
+  Scores s(state.range(0), true);
+  attnkit::SoftmaxMask mask;
+  if (state.range(1)) {
+    mask.data = s.padding.data();
+    mask.group_div = s.heads;
+    mask.causal = true;
+  }
+  attnkit::softmax_forward(s.x.data(), s.y.data(), s.groups(), s.tq, s.tk, kScale, mask);
+  std::vector<float> dy = s.x, dx(s.x.size());
+  const int64_t rows = s.groups() * s.tq, tk = s.tk;
+  for (auto _ : state) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* y = s.y.data() + r * tk;
+      const float* g = dy.data() + r * tk;
+      float dot = 0;
+      for (int64_t j = 0; j < tk; ++j) dot += y[j] * g[j];
+      for (int64_t j = 0; j < tk; ++j) dx[r * tk + j] = kScale * y[j] * (g[j] - dot);
+    }
+    benchmark::DoNotOptimize(dx.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * s.size());
+}
+
 }  // namespace
 
-BENCHMARK(BM_softmax_attnkit)->Arg(10)->Arg(64)->Arg(1024)->Arg(4096);
-BENCHMARK(BM_softmax_scalar)->Arg(10)->Arg(64)->Arg(1024)->Arg(4096);
-BENCHMARK(BM_softmax_masked_causal_attnkit)->Arg(10);
-BENCHMARK(BM_softmax_masked_causal_scalar)->Arg(10);
+BENCHMARK(BM_softmax_attnkit)->Arg(8)->Arg(10)->Arg(64)->Arg(1024)->Arg(4096);
+BENCHMARK(BM_softmax_scalar)->Arg(8)->Arg(10)->Arg(64)->Arg(1024)->Arg(4096);
+BENCHMARK(BM_softmax_masked_causal_attnkit)->Arg(8)->Arg(10);
+BENCHMARK(BM_softmax_masked_causal_scalar)->Arg(8)->Arg(10);
+BENCHMARK(BM_softmax_backward_attnkit)->Args({8, 0})->Args({10, 0})->Args({8, 1})->Args({10, 1});
+BENCHMARK(BM_softmax_backward_scalar)->Args({8, 0})->Args({10, 0})->Args({8, 1})->Args({10, 1});
 
 BENCHMARK_MAIN();

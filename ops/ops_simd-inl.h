@@ -75,11 +75,103 @@ HWY_INLINE hn::Mask<D> LoadFlags(D d, const uint8_t* p, size_t n) {
   return hn::RebindMask(d, hn::Ne(flags, hn::Zero(di)));
 }
 
+#if HWY_TARGET == HWY_AVX2
+// 8 × 8 float block transposed in registers: dst[c·ldd + r] = src[r·lds + c]. Gathers are slow
+// on AMD (Zen 3: one 8-lane gather costs about as much as this whole transpose), so blocks of
+// 8 short rows move between row-major and one-row-per-lane layouts through these.
+HWY_INLINE void TransposeBlock8x8(const float* HWY_RESTRICT src, int64_t lds,
+                                  float* HWY_RESTRICT dst, int64_t ldd) {
+  const hn::Full256<float> d;
+  const hn::Repartition<double, decltype(d)> dd;
+  hn::Vec<decltype(d)> r[8], t[8], u[8];
+  for (int i = 0; i < 8; ++i) r[i] = hn::LoadU(d, src + i * lds);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = hn::InterleaveLower(d, r[i], r[i + 1]);
+    t[i + 1] = hn::InterleaveUpper(d, r[i], r[i + 1]);
+  }
+  for (int h = 0; h < 8; h += 4) {
+    for (int i = 0; i < 2; ++i) {
+      const auto a = hn::BitCast(dd, t[h + i]), b = hn::BitCast(dd, t[h + 2 + i]);
+      u[h + 2 * i] = hn::BitCast(d, hn::InterleaveLower(dd, a, b));
+      u[h + 2 * i + 1] = hn::BitCast(d, hn::InterleaveUpper(dd, a, b));
+    }
+  }
+  for (int c = 0; c < 4; ++c) {
+    hn::StoreU(hn::ConcatLowerLower(d, u[4 + c], u[c]), d, dst + c * ldd);
+    hn::StoreU(hn::ConcatUpperUpper(d, u[4 + c], u[c]), d, dst + (c + 4) * ldd);
+  }
+}
+
+// 8 rows of cols >= 8 floats (row stride lds) to columns: dst[j·ldd + l] = src[l·lds + j]. A
+// ragged last block of columns overlaps the one before it and rewrites the same values.
+HWY_INLINE void TransposeRowsToLanes8(const float* HWY_RESTRICT src, int64_t lds, int64_t cols,
+                                      float* HWY_RESTRICT dst, int64_t ldd) {
+  for (int64_t j = 0;; j += 8) {
+    j = j < cols - 8 ? j : cols - 8;
+    TransposeBlock8x8(src + j, lds, dst + j * ldd, ldd);
+    if (j + 8 >= cols) break;
+  }
+}
+
+// The inverse: dst[l·ldd + j] = src[j·lds + l] for 8 rows l of cols >= 8 floats.
+HWY_INLINE void TransposeLanesToRows8(const float* HWY_RESTRICT src, int64_t lds, int64_t cols,
+                                      float* HWY_RESTRICT dst, int64_t ldd) {
+  for (int64_t j = 0;; j += 8) {
+    j = j < cols - 8 ? j : cols - 8;
+    TransposeBlock8x8(src + j * lds, lds, dst + j, ldd);
+    if (j + 8 >= cols) break;
+  }
+}
+#endif
+
+// Bit j set when p[j] != 0, for n <= 16 bytes: eight bytes at a time without a loop over
+// them (a byte's high bit is set iff it is non-zero, then a multiply gathers the bits).
+HWY_INLINE uint32_t NonZeroByteBits(const uint8_t* p, int64_t n) {
+  uint64_t w[2] = {0, 0};
+  if (n >= 8) {  // fixed-size loads: bytes [0, 8) and [n - 8, n) shifted down to [8, n)
+    std::memcpy(&w[0], p, 8);
+    std::memcpy(&w[1], p + n - 8, 8);
+    w[1] = n == 8 ? 0 : w[1] >> (8 * (16 - n));
+  } else {
+    for (int64_t i = 0; i < n; ++i) w[0] |= static_cast<uint64_t>(p[i]) << (8 * i);
+  }
+  constexpr uint64_t kLow7 = 0x7f7f7f7f7f7f7f7fULL, kOnes = 0x0101010101010101ULL;
+  uint32_t bits = 0;
+  for (int h = 0; h < 2; ++h) {
+    const uint64_t high = ((w[h] & kLow7) + kLow7) | w[h];  // bit 7 of byte i: byte i != 0
+    const uint64_t flags = (high >> 7) & kOnes;              // 0 or 1 in each byte
+    bits |= static_cast<uint32_t>((flags * 0x0102040810204080ULL) >> 56) << (8 * h);
+  }
+  return bits;
+}
+
+// NonZeroByteBits(p, 16) for a p whose 16 bytes may all be read: one compare and movemask.
+HWY_INLINE uint32_t NonZeroByteBits16(const uint8_t* p) {
+#if HWY_TARGET != HWY_SCALAR
+  const hn::Full128<uint8_t> d8;
+  uint8_t zero_bits[8];
+  hn::StoreMaskBits(d8, hn::Eq(hn::LoadU(d8, p), hn::Zero(d8)), zero_bits);
+  return ~(static_cast<uint32_t>(zero_bits[0]) | static_cast<uint32_t>(zero_bits[1]) << 8) &
+         0xffffu;
+#else
+  return NonZeroByteBits(p, 16);
+#endif
+}
+
 // exp(x) for x <= 0 (shifted scores). Inputs are clamped below -104, where Exp returns an
 // exact 0, so the -1e9 of masked scores cannot overflow Exp's int32 range reduction.
 template <class D, class V>
 HWY_INLINE V ExpNonPositive(D d, V x) {
   return hn::Exp(d, hn::Max(x, hn::Set(d, -120.0f)));
+}
+
+// ExpNonPositive, but exactly 0 below -80 (e^-80 ≈ 1.8e-35) without computing it: Exp's
+// reconstruction of e^x below about -87 underflows into denormals, and every such lane costs
+// a microcode assist (masked scores, -1e9, are all down there).
+template <class D, class V>
+HWY_INLINE V ExpNonPositiveOrZero(D d, V x) {
+  const V lowest = hn::Set(d, -80.0f);
+  return hn::IfThenZeroElse(hn::Lt(x, lowest), hn::Exp(d, hn::Max(x, lowest)));
 }
 
 }  // namespace HWY_NAMESPACE

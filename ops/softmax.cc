@@ -44,17 +44,6 @@ struct RowMask {
     if (flags) m = hn::Or(m, LoadFlags(d, flags + j, n));
     return m;
   }
-
-  // Bit j set = key j forbidden (tk <= kShortRow).
-  uint32_t bits(int64_t tk) const {
-    uint32_t b = 0;
-    if (flags) {
-      for (int64_t j = 0; j < tk; ++j) b |= static_cast<uint32_t>(flags[j] != 0) << j;
-    }
-    const uint32_t all = (1u << tk) - 1;
-    b |= all & ~((1u << first_causal) - 1);
-    return b;
-  }
 };
 
 // ------------------------------------------------------------------ forward
@@ -84,13 +73,13 @@ static void SoftmaxRow(const float* x, float* y, int64_t tk, float scale, const 
 
   auto vsum = hn::Zero(d);
   for (j = 0; j + N <= tk; j += N) {
-    const auto e = ExpNonPositive(d, hn::Sub(hn::LoadU(d, y + j), vmax));
+    const auto e = ExpNonPositiveOrZero(d, hn::Sub(hn::LoadU(d, y + j), vmax));
     hn::StoreU(e, d, y + j);
     vsum = hn::Add(vsum, e);
   }
   if (tail) {
-    const auto e = hn::IfThenElseZero(hn::FirstN(d, tail),
-                                      ExpNonPositive(d, hn::Sub(LoadTail(d, y + j, tail), vmax)));
+    const auto e = hn::IfThenElseZero(
+        hn::FirstN(d, tail), ExpNonPositiveOrZero(d, hn::Sub(LoadTail(d, y + j, tail), vmax)));
     StoreTail(d, e, y + j, tail);
     vsum = hn::Add(vsum, e);
   }
@@ -102,46 +91,85 @@ static void SoftmaxRow(const float* x, float* y, int64_t tk, float scale, const 
 // Blocks of Lanes(d) consecutive rows with tk <= kShortRow, in a transposed layout: lane l
 // holds row rb + l, t[j·N + l] its key j. A short last block repeats its last row in the spare
 // lanes, so every row goes through exactly the same lane operations wherever the slice
-// boundaries fall (and results do not depend on the slice count).
+// boundaries fall (and results do not depend on the slice count). On AVX2 whole blocks of 8
+// rows with at least 8 keys move by 8 × 8 register transposes; the rest by gathers.
 class ShortRowBlocks {
  public:
   using D = hn::ScalableTag<float>;
   using DI = hn::RebindToSigned<D>;
   static constexpr size_t kMaxN = hn::MaxLanes(D());
+  // Floats of one transposed block.
+  static constexpr size_t kBlockFloats = kShortRow * kMaxN;
 
-  ShortRowBlocks(int64_t tq, int64_t tk, const SoftmaxMask& mask)
+  ShortRowBlocks(int64_t groups, int64_t tq, int64_t tk, const SoftmaxMask& mask)
       : N_(static_cast<int64_t>(hn::Lanes(D()))), tq_(tq), tk_(tk), mask_(mask),
         any_mask_(mask.data != nullptr || mask.causal) {
+    if (mask.data) flags_size_ = ((groups - 1) / mask.group_div + 1) * tq * tk;
     for (int64_t k = 0; k < tk * N_; ++k) {
       transpose_back_[k] = static_cast<int32_t>((k % tk) * N_ + k / tk);
     }
   }
   int64_t lanes() const { return N_; }
   bool any_mask() const { return any_mask_; }
-  float* t() { return t_; }
 
   // Prepares rows [rb, rb + count), count <= lanes().
   void start(int64_t rb, int64_t count) {
     const DI di;
     rb_ = rb;
     count_ = count;
-    for (int64_t l = 0; l < N_; ++l) row_offset_[l] = static_cast<int32_t>(std::min(l, count - 1) * tk_);
-    offsets_ = hn::Load(di, row_offset_);
+    if (!Transposable()) {
+      for (int64_t l = 0; l < N_; ++l) {
+        row_offset_[l] = static_cast<int32_t>(std::min(l, count - 1) * tk_);
+      }
+      offsets_ = hn::Load(di, row_offset_);
+    }
     if (!any_mask_) return;
     // Rows rb, rb + 1, … are query i of group g, i + 1 of g, …: step without dividing.
     int64_t g = rb / tq_, i = rb % tq_;
+    const uint8_t* flags = FlagsRow(g, i);
+    const uint32_t all = (1u << tk_) - 1;
     for (int64_t l = 0; l < count; ++l) {
-      forbidden_bits_[l] = static_cast<int32_t>(RowMask(mask_, g, i, tq_, tk_).bits(tk_));
-      if (++i == tq_) i = 0, ++g;
+      uint32_t bits = 0;
+      if (flags) {
+        // 16 bytes at a time while they stay inside the mask.
+        bits = flags - mask_.data + 16 <= flags_size_ ? NonZeroByteBits16(flags) & all
+                                                      : NonZeroByteBits(flags, tk_);
+      }
+      forbidden_bits_[l] = static_cast<int32_t>(bits);
+      query_[l] = static_cast<int32_t>(i);
+      if (++i == tq_) {
+        i = 0, ++g;
+        flags = FlagsRow(g, i);
+      } else if (flags) {
+        flags += tk_;
+      }
     }
-    const int32_t last = forbidden_bits_[count - 1];
-    for (int64_t l = count; l < N_ && l < static_cast<int64_t>(kMaxN); ++l) forbidden_bits_[l] = last;
+    for (int64_t l = count; l < N_ && l < static_cast<int64_t>(kMaxN); ++l) {
+      forbidden_bits_[l] = forbidden_bits_[count - 1];
+      query_[l] = query_[count - 1];
+    }
     bits_ = hn::Load(di, forbidden_bits_);
+    if (mask_.causal) {  // keys j > i: all bits from min(i + 1, tk) up
+      const auto one = hn::Set(di, 1);
+      const auto first =
+          hn::Min(hn::Add(hn::Load(di, query_), one), hn::Set(di, static_cast<int32_t>(tk_)));
+      const auto below = hn::Sub(one << first, one);
+      bits_ = hn::Or(bits_, hn::AndNot(below, hn::Set(di, static_cast<int32_t>(all))));
+    }
   }
 
-  // Key j of every row of the block, from a [rows, tk] array.
-  hn::Vec<D> column(const float* base, int64_t j) const {
-    return hn::GatherIndex(D(), base + rb_ * tk_ + j, offsets_);
+  // dst[j·N + l] = key j of row rb + l of a [rows, tk] array.
+  void load(const float* base, float* HWY_RESTRICT dst) const {
+    const float* block = base + rb_ * tk_;
+#if HWY_TARGET == HWY_AVX2
+    if (Transposable()) {
+      TransposeRowsToLanes8(block, tk_, tk_, dst, N_);
+      return;
+    }
+#endif
+    for (int64_t j = 0; j < tk_; ++j) {
+      hn::Store(hn::GatherIndex(D(), block + j, offsets_), D(), dst + j * N_);
+    }
   }
   // Lanes whose key j is forbidden (only when any_mask()).
   hn::Mask<D> forbidden(int64_t j) const {
@@ -149,31 +177,57 @@ class ShortRowBlocks {
     const auto bit = hn::And(bits_, hn::Set(di, int32_t{1} << j));
     return hn::RebindMask(D(), hn::Ne(bit, hn::Zero(di)));
   }
-  // out rows of the block := t (or += t), back in row-major order.
-  void store_rows(float* out, bool accumulate) const {
+  // out rows of the block := t (or += t), back in row-major order. t may be overwritten.
+  void store_rows(float* HWY_RESTRICT t, float* out, bool accumulate) const {
     const D d;
-    const DI di;
     float* ob = out + rb_ * tk_;
+#if HWY_TARGET == HWY_AVX2
+    if (Transposable()) {
+      if (accumulate) {
+        HWY_ALIGN float old[kBlockFloats];
+        TransposeRowsToLanes8(ob, tk_, tk_, old, N_);
+        for (int64_t j = 0; j < tk_; ++j) {
+          hn::Store(hn::Add(hn::Load(d, old + j * N_), hn::Load(d, t + j * N_)), d, t + j * N_);
+        }
+      }
+      TransposeLanesToRows8(t, N_, tk_, ob, tk_);
+      return;
+    }
+#endif
+    const DI di;
     const int64_t total = count_ * tk_;
     int64_t k = 0;
     for (; k + N_ <= total; k += N_) {
-      auto v = hn::GatherIndex(d, t_, hn::Load(di, transpose_back_ + k));
+      auto v = hn::GatherIndex(d, t, hn::Load(di, transpose_back_ + k));
       if (accumulate) v = hn::Add(hn::LoadU(d, ob + k), v);
       hn::StoreU(v, d, ob + k);
     }
     if (k < total) {
       const size_t n = static_cast<size_t>(total - k);
-      auto v = hn::GatherIndex(d, t_, hn::Load(di, transpose_back_ + k));
+      auto v = hn::GatherIndex(d, t, hn::Load(di, transpose_back_ + k));
       if (accumulate) v = hn::Add(LoadTail(d, ob + k, n), v);
       StoreTail(d, v, ob + k, n);
     }
   }
 
  private:
-  HWY_ALIGN float t_[kShortRow * kMaxN];
-  HWY_ALIGN int32_t transpose_back_[kShortRow * kMaxN];  // row-major index k → t index
+  // A whole block of 8 rows with at least 8 keys: register transposes instead of gathers.
+  bool Transposable() const {
+#if HWY_TARGET == HWY_AVX2
+    return count_ == 8 && tk_ >= 8;
+#else
+    return false;
+#endif
+  }
+  const uint8_t* FlagsRow(int64_t g, int64_t i) const {
+    return mask_.data ? mask_.data + ((g / mask_.group_div) * tq_ + i) * tk_ : nullptr;
+  }
+
+  HWY_ALIGN int32_t transpose_back_[kBlockFloats];  // row-major index k → t index
   HWY_ALIGN int32_t row_offset_[kMaxN];
   HWY_ALIGN int32_t forbidden_bits_[kMaxN] = {};
+  HWY_ALIGN int32_t query_[kMaxN] = {};
+  int64_t flags_size_ = 0;  // bytes of mask_.data
   int64_t N_, tq_, tk_;
   const SoftmaxMask& mask_;
   bool any_mask_;
@@ -181,31 +235,32 @@ class ShortRowBlocks {
   hn::Vec<DI> offsets_ = hn::Zero(DI()), bits_ = hn::Zero(DI());
 };
 
-static void SoftmaxShortRows(const float* x, float* y, int64_t r0, int64_t r1, int64_t tq,
-                             int64_t tk, float scale, const SoftmaxMask& mask) {
+static void SoftmaxShortRows(const float* x, float* y, int64_t groups, int64_t r0, int64_t r1,
+                             int64_t tq, int64_t tk, float scale, const SoftmaxMask& mask) {
   const hn::ScalableTag<float> d;
-  ShortRowBlocks blocks(tq, tk, mask);
+  ShortRowBlocks blocks(groups, tq, tk, mask);
   const int64_t N = blocks.lanes();
-  float* t = blocks.t();
+  HWY_ALIGN float t[ShortRowBlocks::kBlockFloats];
   const auto vscale = hn::Set(d, scale), vmasked = hn::Set(d, kMaskedScore);
   for (int64_t rb = r0; rb < r1; rb += N) {
     blocks.start(rb, std::min(N, r1 - rb));
+    blocks.load(x, t);
     auto vmax = hn::Set(d, -HUGE_VALF);
     for (int64_t j = 0; j < tk; ++j) {
-      auto z = hn::Mul(blocks.column(x, j), vscale);
+      auto z = hn::Mul(hn::Load(d, t + j * N), vscale);
       if (blocks.any_mask()) z = hn::IfThenElse(blocks.forbidden(j), vmasked, z);
       hn::Store(z, d, t + j * N);
       vmax = hn::Max(vmax, z);
     }
     auto vsum = hn::Zero(d);
     for (int64_t j = 0; j < tk; ++j) {
-      const auto e = ExpNonPositive(d, hn::Sub(hn::Load(d, t + j * N), vmax));
+      const auto e = ExpNonPositiveOrZero(d, hn::Sub(hn::Load(d, t + j * N), vmax));
       hn::Store(e, d, t + j * N);
       vsum = hn::Add(vsum, e);
     }
     const auto inv = hn::Div(hn::Set(d, 1.0f), vsum);
     for (int64_t j = 0; j < tk; ++j) hn::Store(hn::Mul(hn::Load(d, t + j * N), inv), d, t + j * N);
-    blocks.store_rows(y, false);
+    blocks.store_rows(t, y, false);
   }
 }
 
@@ -214,7 +269,7 @@ void SoftmaxForward(const float* x, float* y, int64_t groups, int64_t tq, int64_
   if (tk <= 0) return;
   const auto [r0, r1] = slice_range(groups * tq, s);
   if (tk <= ATTNKIT_SOFTMAX_TRANSPOSED_MAX) {
-    SoftmaxShortRows(x, y, r0, r1, tq, tk, scale, mask);
+    SoftmaxShortRows(x, y, groups, r0, r1, tq, tk, scale, mask);
     return;
   }
   int64_t g = r0 / tq, i = r0 % tq;  // row r = query i of group g
@@ -260,24 +315,30 @@ static void SoftmaxBackwardRow(const float* y, const float* dy, float* dx, int64
 }
 
 // SoftmaxBackwardRow for blocks of short rows (see ShortRowBlocks).
-static void SoftmaxBackwardShortRows(const float* y, const float* dy, float* dx, int64_t r0,
-                                     int64_t r1, int64_t tq, int64_t tk, float scale,
-                                     const SoftmaxMask& mask, bool accumulate) {
+static void SoftmaxBackwardShortRows(const float* y, const float* dy, float* dx, int64_t groups,
+                                     int64_t r0, int64_t r1, int64_t tq, int64_t tk,
+                                     float scale, const SoftmaxMask& mask, bool accumulate) {
   const hn::ScalableTag<float> d;
-  ShortRowBlocks blocks(tq, tk, mask);
+  ShortRowBlocks blocks(groups, tq, tk, mask);
   const int64_t N = blocks.lanes();
-  float* t = blocks.t();
+  HWY_ALIGN float ty[ShortRowBlocks::kBlockFloats];
+  HWY_ALIGN float t[ShortRowBlocks::kBlockFloats];  // dy, then dx
   const auto vscale = hn::Set(d, scale);
   for (int64_t rb = r0; rb < r1; rb += N) {
     blocks.start(rb, std::min(N, r1 - rb));
+    blocks.load(y, ty);
+    blocks.load(dy, t);
     auto vdot = hn::Zero(d);
-    for (int64_t j = 0; j < tk; ++j) vdot = hn::MulAdd(blocks.column(dy, j), blocks.column(y, j), vdot);
     for (int64_t j = 0; j < tk; ++j) {
-      auto g = hn::Mul(hn::Mul(blocks.column(y, j), vscale), hn::Sub(blocks.column(dy, j), vdot));
+      vdot = hn::MulAdd(hn::Load(d, t + j * N), hn::Load(d, ty + j * N), vdot);
+    }
+    for (int64_t j = 0; j < tk; ++j) {
+      auto g = hn::Mul(hn::Mul(hn::Load(d, ty + j * N), vscale),
+                       hn::Sub(hn::Load(d, t + j * N), vdot));
       if (blocks.any_mask()) g = hn::IfThenZeroElse(blocks.forbidden(j), g);
       hn::Store(g, d, t + j * N);
     }
-    blocks.store_rows(dx, accumulate);  // after every read of dy: dx may alias it
+    blocks.store_rows(t, dx, accumulate);  // after every read of dy: dx may alias it
   }
 }
 
@@ -287,7 +348,7 @@ void SoftmaxBackward(const float* y, const float* dy, float* dx, int64_t groups,
   if (tk <= 0) return;
   const auto [r0, r1] = slice_range(groups * tq, s);
   if (tk <= ATTNKIT_SOFTMAX_TRANSPOSED_MAX) {
-    SoftmaxBackwardShortRows(y, dy, dx, r0, r1, tq, tk, scale, mask, accumulate);
+    SoftmaxBackwardShortRows(y, dy, dx, groups, r0, r1, tq, tk, scale, mask, accumulate);
     return;
   }
   int64_t g = r0 / tq, i = r0 % tq;  // row r = query i of group g

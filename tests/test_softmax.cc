@@ -84,7 +84,7 @@ std::vector<float> random_vector(size_t n, std::mt19937& rng, float lo = -3, flo
 
 std::vector<Problem> problems() {
   std::vector<Problem> ps;
-  const int64_t tks[] = {1, 3, 8, 10, 16, 17, 64, 1000};
+  const int64_t tks[] = {1, 3, 7, 8, 9, 10, 12, 16, 17, 64, 1000};
   const Problem::Kind kinds[] = {Problem::kNone, Problem::kPadding, Problem::kCausal,
                                  Problem::kPaddingCausal, Problem::kRandom};
   for (int64_t tk : tks)
@@ -216,6 +216,12 @@ TEST_CASE("softmax_backward matches central differences of the double reference"
         });
         INFO("slices=" << count);
         REQUIRE(std::memcmp(ds.data(), dx.data(), dx.size() * sizeof(float)) == 0);
+        std::vector<float> acc_s(p.size(), 0.5f);
+        run_sliced(count, [&](Slice s) {
+          attnkit::softmax_backward(y.data(), w.data(), acc_s.data(), p.groups(), p.tq, p.tk,
+                                    p.scale, md.mask, true, s);
+        });
+        REQUIRE(std::memcmp(acc_s.data(), acc.data(), acc.size() * sizeof(float)) == 0);
       }
       std::vector<float> alias = w;
       attnkit::softmax_backward(y.data(), alias.data(), alias.data(), p.groups(), p.tq, p.tk,
