@@ -121,7 +121,7 @@ TEST_CASE("colour scale: fixed 0..1, anchors exact, clamped outside", "[render]"
   CHECK_THROWS_WITH(colormap_from_name("jet"), Catch::Contains("unknown colour map 'jet'"));
 }
 
-TEST_CASE("heatmap PNG decodes with the figure's size; a cell has the scale's colour for its weight", "[render]") {
+TEST_CASE("heatmap PNG decodes with the figure's size, a cell has the scale's colour for its weight", "[render]") {
   const fs::path dir = scratch("heatmap_png");
   HeatmapOptions o;
   o.title = "Те же веса тепловой картой";
@@ -149,7 +149,7 @@ TEST_CASE("heatmap PNG decodes with the figure's size; a cell has the scale's co
   }
 }
 
-TEST_CASE("values in cells follow the lesson's .1f / .2f; zero rounds without a minus", "[render]") {
+TEST_CASE("values in cells follow the lesson's .1f / .2f, zero rounds without a minus", "[render]") {
   CHECK(format_weight(0.8731, 2) == "0.87");
   CHECK(format_weight(0.8731, 1) == "0.9");
   CHECK(format_weight(-0.0001, 2) == "0.00");
@@ -162,7 +162,7 @@ TEST_CASE("values in cells follow the lesson's .1f / .2f; zero rounds without a 
   CHECK_THROWS_WITH(heatmap_figure(kAlign, 5, 7, kSrc, kSrc, o), Catch::Contains("7 row labels for 5 rows"));
 }
 
-TEST_CASE("SVGs parse as XML; cells and drawn links are counted", "[render]") {
+TEST_CASE("SVGs parse as XML, cells and drawn links are counted", "[render]") {
   if (!has_program("/usr/bin/python3")) {
     WARN("SKIPPED: /usr/bin/python3 is absent, SVGs not parsed");
     return;
@@ -228,7 +228,7 @@ TEST_CASE("PNG reader rejects damaged files with the file's name", "[render]") {
                     Catch::Contains("t.png: not a PNG"));
 }
 
-TEST_CASE("attention input: ranks 2-4 accepted; other shapes, dtypes and NaN are clear errors", "[render]") {
+TEST_CASE("attention input: ranks 2-4 accepted, other shapes, dtypes and NaN are clear errors", "[render]") {
   const std::vector<float> w = peaked_maps(6, 4, 0);
   const AttentionArray a4 = attention_from_npy(make_npy(w.data(), {2, 3, 4, 4}), "a.npy");
   CHECK(a4.layers == 2);
@@ -251,14 +251,14 @@ TEST_CASE("attention input: ranks 2-4 accepted; other shapes, dtypes and NaN are
                     Catch::Contains("n.npy: weight nan at query 1, key 1"));
 
   std::vector<float> scores = w;
-  for (float& x : scores) x = x * 5 - 1;  // not a softmax: negative, above 1, rows not summing to 1
+  for (float& x : scores) x = x * 5 - 0.5f;  // not a softmax: negative, above 1, rows summing to 3
   const auto warnings = attention_warnings(attention_from_npy(make_npy(scores.data(), {6, 4, 4}), "s.npy"), "s.npy");
   REQUIRE(warnings.size() == 2);
   CHECK_THAT(warnings[0], Catch::Contains("outside [0, 1]"));
   CHECK_THAT(warnings[1], Catch::Contains("24 of 24 rows do not sum to 1"));
 }
 
-TEST_CASE("render_attention_file: PNG, SVG and HTML of any attention array; token and range errors", "[render]") {
+TEST_CASE("render_attention_file: PNG, SVG and HTML of any attention array, token and range errors", "[render]") {
   const fs::path dir = scratch("render_file");
   const std::vector<float> w = peaked_maps(8, 5, 1);
   write_npy((dir / "attn.npy").string(), w.data(), {2, 4, 5, 5});
