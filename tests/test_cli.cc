@@ -172,7 +172,7 @@ TEST_CASE("resume: 2 epochs + resume to 4 equals 4 epochs, bitwise") {
   expect_usage_error("train reversal --resume '" + (dir / "half").string() + "'", "neighbor-sum", dir);
 }
 
-TEST_CASE("train with data from numpy trains on its arrays; bad arrays are clear errors") {
+TEST_CASE("train with data from numpy trains on its arrays, and bad arrays are clear errors") {
   const fs::path dir = scratch("data");
   numpy(R"(
 rng = np.random.default_rng(0)
@@ -201,7 +201,7 @@ np.savez(d + '/token.npz', X_train=Xt, Y_train=Yt, X_val=Xb, Y_val=Yv)
   expect_runtime_error("train reversal --data '" + (dir / "dup.npz").string() + "'", "length 10", dir);
 }
 
-TEST_CASE("usage errors exit 2 naming the flag; missing files exit 1 with one error line") {
+TEST_CASE("usage errors exit 2 naming the flag, missing files exit 1 with one error line") {
   const fs::path dir = scratch("errors");
   expect_usage_error("train no-such-task", "no-such-task", dir);
   expect_usage_error("train reversal --epochs abc", "--epochs", dir);

@@ -192,7 +192,7 @@ std::vector<float> train_losses(const ModelConfig& c, int threads, int steps, bo
   return losses;
 }
 
-TEST_CASE("same seed and threads give bitwise the same losses; so do other thread counts") {
+TEST_CASE("same seed and threads give bitwise the same losses, and so do other thread counts") {
   for (const ModelConfig& c : configs_under_test()) {
     INFO(c.task);
     const auto a = train_losses(c, 1, 12), b = train_losses(c, 1, 12);

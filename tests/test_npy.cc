@@ -212,7 +212,7 @@ TEST_CASE("write_npy then read_npy round-trips float32, int32 and int64", "[npy]
   CHECK(raw[raw.size() - 25] == '\n');
 }
 
-TEST_CASE("write_npz then read_npz round-trips; numpy reads both files", "[npz]") {
+TEST_CASE("write_npz then read_npz round-trips and numpy reads both files", "[npz]") {
   TempDir dir;
   std::vector<float> f = {0.25f, -1, 2, 4.5f, 1e-3f, -7};
   std::vector<int32_t> i = {1, -2, 3};

@@ -143,7 +143,7 @@ TEST_CASE("attention rollout of random softmax maps: rows sum to 1, heads averag
   CHECK_THROWS_AS(attention_rollout(maps.data(), 0, 1, T), Error);
 }
 
-TEST_CASE("general stack: pre-LN blocks with MLP match the double reference; one layer keeps lesson names") {
+TEST_CASE("general stack: pre-LN blocks with MLP match the double reference, and one layer keeps lesson names") {
   ModelConfig c = lesson_config("reversal");
   c.layers = 2, c.heads = 2, c.pre_norm = true, c.block_mlp = 16, c.causal = true;
   Model m = build_model(c, 3);
