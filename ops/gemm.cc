@@ -29,6 +29,10 @@ void GemmBlockTarget(const gemm_detail::GemmArgs& g, int64_t i0, int64_t i1, int
   GemmBlock(g, i0, i1, j0, j1);
 }
 
+void GemmPackedDynamicTarget(const gemm_detail::GemmArgs& g, std::atomic<int64_t>* next) {
+  GemmPackedDynamic(g, next);
+}
+
 int64_t CurrentTarget() { return HWY_TARGET; }
 
 }  // namespace attnkit::HWY_NAMESPACE
@@ -46,6 +50,7 @@ HWY_AFTER_NAMESPACE();
 namespace attnkit {
 HWY_EXPORT(GemmProductsTarget);
 HWY_EXPORT(GemmBlockTarget);
+HWY_EXPORT(GemmPackedDynamicTarget);
 HWY_EXPORT(CurrentTarget);
 
 namespace gemm_detail {
@@ -170,6 +175,14 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
   }
   if (!worth_threads(m * n * k)) {
     sgemm_slice(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, Slice{});
+    return;
+  }
+  if (k > 0 && alpha != 0.0f && gemm_detail::use_packed_path(m, n, k)) {
+    // Packed path: blocks of C handed out to the threads as they go (see GemmPackedDynamic).
+    const GemmArgs g{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
+    std::atomic<int64_t> next{0};
+#pragma omp parallel
+    HWY_DYNAMIC_DISPATCH(GemmPackedDynamicTarget)(g, &next);
     return;
   }
 #pragma omp parallel

@@ -71,6 +71,7 @@ inline bool use_dot_path(bool trans_a, int64_t n) { return !trans_a && n <= 4; }
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <type_traits>
 
 #include "hwy/cache_control.h"
@@ -709,6 +710,36 @@ inline void PackB(const GemmArgs& g, int64_t p0, int64_t kc, int64_t j0, int64_t
   }
 }
 
+// Rows [ic, ic + mc) × panel columns [jr0, jr1) of the block at column jc (nc wide) for the
+// k-block pc of depth kc: ap holds the packed A block, bp the packed B block (kc × nc).
+// bias: the block's bias when pc is the last k-block, else nullptr.
+HWY_INLINE void PackedPanels(DF d, const GemmArgs& g, const float* HWY_RESTRICT ap,
+                             const float* HWY_RESTRICT bp, int64_t ic, int64_t mc, int64_t jc,
+                             int64_t jr0, int64_t jr1, int64_t nc, int64_t kc, Combine combine,
+                             const float* bias) {
+  const int64_t nr = 2 * static_cast<int64_t>(hn::Lanes(d));
+  VF acc[kMR][2];
+  for (int64_t jr = jr0; jr < jr1; jr += nr) {
+    const size_t cols = static_cast<size_t>(std::min(nr, nc - jr));
+    const float* bpanel = bp + jr * kc;
+    for (int64_t ir = 0; ir < mc; ir += kMR) {
+      const int64_t rows = std::min(kMR, mc - ir);
+      // C rows of a tile are ldc apart; fetch them while the k-loop runs.
+      float* ct = g.c + (ic + ir) * g.ldc + jc + jr;
+      for (int64_t r = 0; r < rows; ++r) {
+        hwy::Prefetch(ct + r * g.ldc);
+        hwy::Prefetch(ct + r * g.ldc + nr - 1);
+      }
+      AccumulateTile<6, 2>(d, kc, ap + ir * kc, 1, kMR, bpanel, bpanel + nr / 2, nr, acc);
+      if (bias) {
+        StoreTile<true>(d, acc, rows, cols, g.alpha, g.beta, combine, ct, g.ldc, bias + jr);
+      } else {
+        StoreTile(d, acc, rows, cols, g.alpha, g.beta, combine, ct, g.ldc);
+      }
+    }
+  }
+}
+
 inline void GemmPacked(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   using gemm_detail::kKC;
   using gemm_detail::kMC;
@@ -720,7 +751,6 @@ inline void GemmPacked(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
   const int64_t kc_max = std::min(kKC, g.k);
   float* bp = gemm_detail::thread_scratch(1, static_cast<size_t>(kc_max * nc_max));
   float* ap = gemm_detail::thread_scratch(0, static_cast<size_t>(kc_max * mc_max));
-  VF acc[kMR][2];
   for (int64_t jc = j0; jc < j1; jc += kNC) {
     const int64_t nc = std::min(kNC, j1 - jc);
     for (int64_t pc = 0; pc < g.k; pc += kKC) {
@@ -731,28 +761,55 @@ inline void GemmPacked(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
       for (int64_t ic = i0; ic < i1; ic += kMC) {
         const int64_t mc = std::min(kMC, i1 - ic);
         PackA(g, ic, mc, pc, kc, ap);
-        for (int64_t jr = 0; jr < nc; jr += nr) {
-          const size_t cols = static_cast<size_t>(std::min(nr, nc - jr));
-          const float* bpanel = bp + jr * kc;
-          for (int64_t ir = 0; ir < mc; ir += kMR) {
-            const int64_t rows = std::min(kMR, mc - ir);
-            // C rows of a tile are ldc apart; fetch them while the k-loop runs.
-            float* ct = g.c + (ic + ir) * g.ldc + jc + jr;
-            for (int64_t r = 0; r < rows; ++r) {
-              hwy::Prefetch(ct + r * g.ldc);
-              hwy::Prefetch(ct + r * g.ldc + nr - 1);
-            }
-            AccumulateTile<6, 2>(d, kc, ap + ir * kc, 1, kMR, bpanel, bpanel + nr / 2, nr, acc);
-            float* ct0 = g.c + (ic + ir) * g.ldc + jc + jr;
-            if (bias) {
-              StoreTile<true>(d, acc, rows, cols, g.alpha, g.beta, combine, ct0, g.ldc,
-                              bias + jr);
-            } else {
-              StoreTile(d, acc, rows, cols, g.alpha, g.beta, combine, ct0, g.ldc);
-            }
-          }
-        }
+        PackedPanels(d, g, ap, bp, ic, mc, jc, 0, nc, nc, kc, combine, bias);
       }
+    }
+  }
+}
+
+// ------------------------------------------------------------------ dynamic packed path
+// sgemm's own parallel region on the packed path: the threads take (row block, column chunk)
+// tasks from a shared counter instead of a fixed share, so a thread slowed down by other work
+// on the machine leaves its share to the others (no barrier to wait at either). Tasks run
+// chunk by chunk; a thread packs a chunk of op(B) (all of k) when it first takes a task in it
+// and keeps it for the chunk's next row blocks. Each task walks the k-blocks in order with the
+// same tiles and combines as GemmPacked: every element of C gets the same operations, bitwise.
+
+inline constexpr int64_t kTaskCols = 256;  // columns of a chunk: a KC slab of it is 384 KB
+
+// next: the task counter, 0 on entry, shared by the threads.
+inline void GemmPackedDynamic(const GemmArgs& g, std::atomic<int64_t>* next) {
+  using gemm_detail::kKC;
+  using gemm_detail::kMC;
+  const DF d;
+  const int64_t nr = 2 * static_cast<int64_t>(hn::Lanes(d));
+  const int64_t kc_max = std::min(kKC, g.k);
+  const int64_t mc_max = std::min(kMC, (g.m + kMR - 1) / kMR * kMR);
+  const int64_t nc_max = std::min(kTaskCols, (g.n + nr - 1) / nr * nr);
+  float* ap = gemm_detail::thread_scratch(0, static_cast<size_t>(kc_max * mc_max));
+  // The chunk: KC slab pc at bp + pc·ncp.
+  float* bp = gemm_detail::thread_scratch(1, static_cast<size_t>(g.k * nc_max));
+  const int64_t row_tasks = (g.m + kMC - 1) / kMC;
+  const int64_t col_tasks = (g.n + kTaskCols - 1) / kTaskCols;
+  int64_t packed_chunk = -1;
+  for (;;) {
+    const int64_t t = next->fetch_add(1, std::memory_order_relaxed);
+    if (t >= row_tasks * col_tasks) break;
+    const int64_t chunk = t / row_tasks, ic = t % row_tasks * kMC, jc = chunk * kTaskCols;
+    const int64_t mc = std::min(kMC, g.m - ic), nc = std::min(kTaskCols, g.n - jc);
+    const int64_t ncp = (nc + nr - 1) / nr * nr;
+    if (chunk != packed_chunk) {
+      for (int64_t pc = 0; pc < g.k; pc += kKC) {
+        PackB(g, pc, std::min(kKC, g.k - pc), jc, nc, nr, bp + pc * ncp);
+      }
+      packed_chunk = chunk;
+    }
+    for (int64_t pc = 0; pc < g.k; pc += kKC) {
+      const int64_t kc = std::min(kKC, g.k - pc);
+      const Combine combine = pc == 0 ? FirstCombine(g.beta) : Combine::kAdd;
+      const float* bias = g.bias && pc + kc >= g.k ? g.bias + jc : nullptr;  // last k block
+      PackA(g, ic, mc, pc, kc, ap);
+      PackedPanels(d, g, ap, bp + pc * ncp, ic, mc, jc, 0, nc, nc, kc, combine, bias);
     }
   }
 }

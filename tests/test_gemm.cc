@@ -192,6 +192,7 @@ TEST_CASE("sgemm_slice results are bitwise independent of the slice count", "[ge
   shapes.push_back({10, 10, 16});
   shapes.push_back({3, 50, 20});
   shapes.push_back({300, 300, 300});
+  shapes.push_back({250, 600, 400});  // packed, several row blocks, column chunks and k-blocks
   shapes.push_back({128, 10, 640});  // thin C: the swapped direct path when A is transposed
   shapes.push_back({64, 2, 640});
   shapes.push_back({37, 5, 33});
