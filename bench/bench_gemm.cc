@@ -108,8 +108,10 @@ struct StepGemm {
   int64_t a_batch = 0, a_head = 0, b_batch = 0, b_head = 0, c_batch = 0, c_head = 0;
 };
 
-void BM_step(benchmark::State& state, bool use_openblas, StepGemm s) {
-  set_threads(1);
+// threads > 1: attnkit runs sgemm's own parallel region (one product) or the engine's way, a
+// parallel region over sgemm_batched_slice (attention); OpenBLAS its own threads per call.
+void BM_step(benchmark::State& state, bool use_openblas, StepGemm s, int threads) {
+  set_threads(threads);
   const int64_t lda = s.lda ? s.lda : (s.ta ? s.m : s.k);
   const int64_t ldb = s.ldb ? s.ldb : (s.tb ? s.k : s.n);
   const int64_t ldc = s.ldc ? s.ldc : s.n;
@@ -119,6 +121,22 @@ void BM_step(benchmark::State& state, bool use_openblas, StepGemm s) {
   const int64_t c_size = s.count == 1 ? s.m * ldc : batches * s.c_batch;
   Operands x(a_size, b_size, c_size);
   for (auto _ : state) {
+    if (threads > 1 && !use_openblas) {
+      if (s.count == 1) {
+        attnkit::sgemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, x.a.data(), lda, x.b.data(), ldb, s.beta,
+                       x.c.data(), ldc);
+      } else {
+        const attnkit::GemmBatch batch{batches,  s.heads,   s.a_batch, s.a_head,
+                                       s.b_batch, s.b_head, s.c_batch, s.c_head};
+#pragma omp parallel
+        attnkit::sgemm_batched_slice(s.ta, s.tb, s.m, s.n, s.k, 1.0f, x.a.data(), lda,
+                                     x.b.data(), ldb, s.beta, x.c.data(), ldc, batch,
+                                     attnkit::Slice{omp_get_thread_num(), omp_get_num_threads()});
+      }
+      benchmark::DoNotOptimize(x.c.data());
+      benchmark::ClobberMemory();
+      continue;
+    }
     for (int64_t p = 0; p < s.count; ++p) {
       const int64_t bi = p / s.heads, hi = p % s.heads;
       const float* a = x.a.data() + bi * s.a_batch + hi * s.a_head;
@@ -182,15 +200,27 @@ std::vector<StepGemm> step_gemms() {
   linear("rev", 256, 32, 32);
   linear("rev", 256, 32, 10);
   attention("rev", 32, 8, 1, 32);
+  // The compute-bound model: batch 32 × T 128 = 4096 rows, D 256 (4 heads of 64), MLP 1024.
+  linear("big", 4096, 256, 256);
+  linear("big", 4096, 256, 1024);
+  linear("big", 4096, 1024, 256);
+  attention("big", 32, 128, 4, 64);
   return out;
 }
 
 void register_all() {
   for (const StepGemm& s : step_gemms()) {
-    benchmark::RegisterBenchmark(("attnkit/step_" + s.name).c_str(), BM_step, false, s)
-        ->UseRealTime();
-    benchmark::RegisterBenchmark(("openblas/step_" + s.name).c_str(), BM_step, true, s)
-        ->UseRealTime();
+    // The big model's products also at 2 threads (the lesson models' are too small to share).
+    for (int threads : {1, 2}) {
+      if (threads == 2 && s.name.rfind("big_", 0) != 0) continue;
+      const std::string t = s.name.rfind("big_", 0) == 0 ? "/" + std::to_string(threads) + "t" : "";
+      benchmark::RegisterBenchmark(("attnkit/step_" + s.name + t).c_str(), BM_step, false, s,
+                                   threads)
+          ->UseRealTime();
+      benchmark::RegisterBenchmark(("openblas/step_" + s.name + t).c_str(), BM_step, true, s,
+                                   threads)
+          ->UseRealTime();
+    }
   }
   struct Shape {
     int64_t m, k, n;

@@ -47,7 +47,8 @@ inline constexpr int64_t kDirectRows = 96;
 // The direct (no packing of A) path wins for the thin shapes of small attention models;
 // deep or wide products go through the packed, cache-blocked path.
 inline bool use_packed_path(int64_t m, int64_t n, int64_t k) {
-  return (k > 256 && m >= 96 && n >= 96) || (n > 512 && m > 64) || (k > 128 && n > 256 && m > 256);
+  return (k > 256 && m >= 96 && n >= 96) || (n > 512 && m > 64) ||
+         (k > 128 && n >= 256 && m > 256);
 }
 
 // Thin C with a transposed A (dW = xᵀ·dy of a narrow layer): the direct path computes Cᵀ so
