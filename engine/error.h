@@ -25,4 +25,12 @@ class FileError : public Error {
   using Error::Error;
 };
 
+// NaN or Inf in the loss, a gradient or a parameter during training. The message names the
+// step and the tensor; the trainer refuses to save afterwards, so the last good checkpoint
+// on disk stays as it was.
+class NumericError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace attnkit

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +11,7 @@
 
 #include "engine/checkpoint.h"
 #include "engine/error.h"
+#include "ops/finite.h"
 
 namespace attnkit {
 namespace {
@@ -154,7 +156,8 @@ const TrainerOptions& checked(const TrainerOptions& o) {
   const TrainingConfig& t = o.training;
   if (t.epochs < 0) throw Error("epochs must be >= 0, got " + std::to_string(t.epochs));
   if (t.batch_size < 1) throw Error("batch size must be >= 1, got " + std::to_string(t.batch_size));
-  if (!(t.lr > 0)) throw Error("learning rate must be positive, got " + float_text(t.lr));
+  if (!(t.lr > 0) || !std::isfinite(t.lr))
+    throw Error("learning rate must be a positive finite number, got " + float_text(t.lr));
   if (o.threads < 1) throw Error("threads must be >= 1, got " + std::to_string(o.threads));
   return o;
 }
@@ -196,6 +199,8 @@ void Trainer::resume(const std::string& path) {
 }
 
 void Trainer::save(const std::string& path) const {
+  if (!numeric_fault_.empty())
+    throw NumericError("not saving " + path + " after a numeric fault (" + numeric_fault_ + ")");
   // The RNG state saved is the one before the current epoch's shuffle, so a resume redraws the
   // same order and skips batch_in_epoch batches.
   TrainingState st{adam_->steps(), epoch_, batch_in_epoch_, epoch_rng_state_, config_entries(runner_.config(), options_)};
@@ -267,6 +272,53 @@ Accuracy ModelRunner::evaluate(const Dataset& d, std::vector<int32_t>* predictio
   return acc;
 }
 
+namespace {
+
+// "[3, 17]": the position of flat element i in a tensor of this shape.
+std::string index_text(const Shape& shape, int64_t i) {
+  std::vector<int64_t> idx(static_cast<size_t>(shape.rank));
+  for (int d = shape.rank - 1; d >= 0; --d) {
+    idx[static_cast<size_t>(d)] = i % shape[d];
+    i /= shape[d];
+  }
+  std::string s = "[";
+  for (size_t d = 0; d < idx.size(); ++d) s += (d ? ", " : "") + std::to_string(idx[d]);
+  return s + "]";
+}
+
+// "NaN", "Inf", "-Inf" or the number.
+std::string value_text(float v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "Inf" : "-Inf";
+  return float_text(v);
+}
+
+}  // namespace
+
+void Trainer::check_finite(float loss) {
+  const Executor& ex = runner_.executor();
+  std::string found;
+  if (!std::isfinite(loss)) found = "the loss is " + value_text(loss);
+  // The first parameter (in declaration order) whose gradient is not finite points at where
+  // the fault entered; failing that, the first whose updated value is not (e.g. a huge lr).
+  auto first_bad = [&](const float* block, const char* kind, const char* suffix) {
+    for (const ParamInfo& p : ex.graph().params()) {
+      const int64_t i = first_nonfinite(block + p.offset, p.numel);
+      if (i < 0) continue;
+      const Shape& shape = ex.graph().tensor(p.tensor).shape;
+      found += std::string(found.empty() ? "" : "; ") + kind + " '" + p.name + "' " + shape.str() + " is " +
+               value_text(block[p.offset + i]) + " at " + index_text(shape, i) + suffix;
+      return true;
+    }
+    return false;
+  };
+  if (!first_bad(ex.grads(), "gradient of", "")) first_bad(ex.params(), "parameter", " after the update");
+  if (found.empty()) return;
+  numeric_fault_ = "step " + std::to_string(adam_->steps()) + " (epoch " + std::to_string(epoch_ + 1) +
+                   ", batch " + std::to_string(batch_in_epoch_ + 1) + "): " + found;
+  throw NumericError(numeric_fault_ + "; training stopped, nothing saved from this run");
+}
+
 void Trainer::take_snapshot() {
   if (data_.val.size == 0) return;
   snapshot_steps_.push_back(adam_->steps());
@@ -296,6 +348,7 @@ void Trainer::train(const std::function<void(const StepReport&)>& on_step,
       runner_.load_batch(data_.train, perm.data() + start, std::min(B, N - start), true);
       runner_.executor().train_step(adam_.get());
       const float loss = runner_.executor().f32(runner_.model().loss.id())[0];
+      if (options_.check_finite) check_finite(loss);
       seconds += std::chrono::duration<double>(Clock::now() - t0).count();
       losses_.push_back(loss);
       last_loss_ = loss;

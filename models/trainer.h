@@ -29,6 +29,9 @@ struct TrainerOptions {
   int threads = 1;
   int64_t sample = 0;  // validation sequence whose attention is snapshotted
   std::string data_path;  // the .npz the data came from ("" = generated from the seed)
+  // After every step, look for NaN/Inf in the loss, the gradients and the updated parameters
+  // and stop with a NumericError naming the step and the tensor (costs ~1% of a lesson step).
+  bool check_finite = true;
 };
 
 struct StepReport {
@@ -101,7 +104,8 @@ class Trainer {
   }
   SequenceResult run_sequence(const int32_t* tokens) { return runner_.run_sequence(tokens); }
 
-  // Writes the checkpoint (atomically) at the current position.
+  // Writes the checkpoint (atomically) at the current position. Throws NumericError after a
+  // numeric fault: the parameters are then no longer good, and the file on disk is kept.
   void save(const std::string& path) const;
 
   const ModelConfig& config() const { return runner_.config(); }
@@ -120,6 +124,9 @@ class Trainer {
 
  private:
   void take_snapshot();
+  // Throws NumericError when the step just taken left NaN/Inf in the loss, a gradient or a
+  // parameter; remembers the fault so save() refuses.
+  void check_finite(float loss);
 
   TrainerOptions options_;
   TaskData data_;
@@ -134,6 +141,7 @@ class Trainer {
   double train_seconds_ = 0.0;
   std::vector<int64_t> snapshot_steps_;
   std::vector<std::vector<float>> snapshots_;
+  std::string numeric_fault_;  // the NumericError message, once one happened
 };
 
 }  // namespace attnkit

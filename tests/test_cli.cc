@@ -259,3 +259,41 @@ TEST_CASE("demos print lesson 000's numbers") {
 }
 
 }  // namespace
+
+TEST_CASE("a huge lr stops with one error line naming the step and tensor, earlier run files unchanged") {
+  const fs::path dir = scratch("numeric");
+  const std::string run = (dir / "run").string();
+  REQUIRE(attnkit("train neighbor-sum --epochs 1 --train-size 200 --no-pictures --out '" + run + "'", dir).code == 0);
+  const std::string ckpt = slurp(dir / "run" / "model.safetensors"), metrics = slurp(dir / "run" / "metrics.json");
+  const std::string csv = slurp(dir / "run" / "loss.csv");
+  const Result r = attnkit("train neighbor-sum --lr 1e9 --epochs 3 --train-size 200 --no-pictures --out '" + run + "'", dir);
+  INFO(r.err);
+  CHECK(r.code == 1);
+  CHECK(r.err.rfind("error: step ", 0) == 0);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK((r.err.find("NaN") != std::string::npos || r.err.find("Inf") != std::string::npos));
+  CHECK(r.err.find("'") != std::string::npos);  // a tensor is named in quotes
+  CHECK(slurp(dir / "run" / "model.safetensors") == ckpt);
+  CHECK(slurp(dir / "run" / "metrics.json") == metrics);
+  CHECK(slurp(dir / "run" / "loss.csv") == csv);
+  // The kept checkpoint still resumes.
+  CHECK(attnkit("train neighbor-sum --epochs 2 --no-pictures --resume '" + run + "'", dir).code == 0);
+  // Where the layer norm keeps values bounded, lr 1e9 trains to the end, to a useless model.
+  const Result rev = attnkit("train reversal --lr 1e9 --epochs 1 --no-pictures --out '" + (dir / "rev").string() + "'", dir);
+  CHECK((rev.code == 0 || rev.err.rfind("error: step ", 0) == 0));
+}
+
+TEST_CASE("--threads 8 on a 2-core machine trains to the same loss as --threads 1") {
+  const fs::path dir = scratch("threads");
+  std::string losses[2];
+  int i = 0;
+  for (const char* threads : {"1", "8"}) {
+    const std::string run = (dir / threads).string();
+    REQUIRE(attnkit(std::string("train neighbor-sum --epochs 1 --train-size 640 --no-pictures --threads ") + threads +
+                        " --out '" + run + "'", dir)
+                .code == 0);
+    losses[i++] = slurp(fs::path(run) / "loss.csv");
+  }
+  CHECK(losses[0].size() > 20);
+  CHECK(losses[0] == losses[1]);
+}

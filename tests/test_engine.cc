@@ -197,9 +197,10 @@ TEST_CASE("same seed and threads give bitwise the same losses, and so do other t
     INFO(c.task);
     const auto a = train_losses(c, 1, 12), b = train_losses(c, 1, 12);
     REQUIRE(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
-    const auto t2 = train_losses(c, 2, 12), t3 = train_losses(c, 3, 12);
+    const auto t2 = train_losses(c, 2, 12), t3 = train_losses(c, 3, 12), t8 = train_losses(c, 8, 12);
     REQUIRE(std::memcmp(a.data(), t2.data(), a.size() * 4) == 0);
     REQUIRE(std::memcmp(a.data(), t3.data(), a.size() * 4) == 0);
+    REQUIRE(std::memcmp(a.data(), t8.data(), a.size() * 4) == 0);  // more threads than cores
     REQUIRE(a.back() < a.front());
   }
 }

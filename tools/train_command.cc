@@ -69,6 +69,12 @@ class Progress {
     std::fflush(stdout);
   }
 
+  // Ends the bar's line before an error message.
+  void abort() {
+    if (bar_ && started_) fmt::print("\n");
+    std::fflush(stdout);
+  }
+
   void epoch(const EpochReport& r) {
     if (quiet_) return;
     if (bar_) fmt::print("\r\033[K");
@@ -198,7 +204,12 @@ int run_train(const TrainArgs& a) {
                config.task, trainer.data().train.size, trainer.data().val.size, options.training.epochs,
                trainer.batches_per_epoch(), options.training.batch_size, options.training.lr, options.seed,
                options.threads, options.threads == 1 ? "" : "s");
-  trainer.train([&](const StepReport& r) { progress.step(r); }, [&](const EpochReport& r) { progress.epoch(r); });
+  try {
+    trainer.train([&](const StepReport& r) { progress.step(r); }, [&](const EpochReport& r) { progress.epoch(r); });
+  } catch (const NumericError& e) {
+    progress.abort();
+    throw NumericError(std::string(e.what()) + " (files in " + out + " are unchanged)");
+  }
 
   losses.insert(losses.end(), trainer.losses().begin(), trainer.losses().end());
   for (size_t i = 0; i < trainer.snapshot_steps().size(); ++i)
