@@ -2,13 +2,21 @@
 """Training steps/s of the lesson models: PyTorch against attnkit, side by side.
 
     /usr/bin/python3 bench/compare_pytorch.py [--threads 1 2] [--models neighbor-sum ...]
-        [--seconds 3] [--windows 5] [--batch N] [--attnkit-bench PATH]
+        [--seconds 3] [--windows 5] [--large-seconds 8] [--large-windows 3] [--batch N]
+        [--attnkit-bench PATH]
 
 PyTorch: the same architectures as models/lessons.cc (tok[+pos] Embedding D=32, multi-head
 attention with separate q, k, v, o Linear(D, D)+bias, out = head(h + attn(h))), Adam with the
 lesson's lr, cross-entropy averaged over all positions, random token batches (with the task's
 targets) pre-generated and cycled. Steps/s = median over --windows timed windows after
 warm-up; --seconds is the total timed time per (model, threads) measurement.
+
+"reversal-large" is issue 4's compute-bound configuration (not run by default): V = 64,
+T = 128, D = 256, tok+pos Embedding, 2 pre-LayerNorm blocks h = h + attn(LN(h)),
+h = h + MLP(LN(h)) with MLP Linear(256, 1024)-ReLU-Linear(1024, 256), 4 heads, head
+LayerNorm + Linear(256, 64), target = the reversed sequence, batch 32, Adam lr 1e-3. PyTorch
+runs it at about 1 step/s, so it is measured with --large-seconds over --large-windows
+windows (each window at least one step).
 
 Each thread count runs in its own child process whose environment pins the thread pools
 before torch is imported: OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = n, OMP_WAIT_POLICY=PASSIVE;
@@ -37,7 +45,20 @@ LESSONS = {
                        hidden=64, batch=64, lr=0.003),
     "reversal": dict(vocab=10, classes=10, T=8, D=32, heads=1, pos=True, head="ln",
                      hidden=0, batch=32, lr=0.003),
+    # models/lessons.cc lesson_config("reversal-large")
+    "reversal-large": dict(vocab=64, classes=64, T=128, D=256, heads=4, pos=True, head="ln",
+                           hidden=0, batch=32, lr=0.001, layers=2, pre_norm=True,
+                           block_mlp=1024),
 }
+DEFAULT_MODELS = ["neighbor-sum", "duplicates", "reversal"]
+LARGE = {"reversal-large"}
+
+
+def timing(args, task):
+    """(seconds, windows) of one measurement of task."""
+    if task in LARGE:
+        return args.large_seconds, args.large_windows
+    return args.seconds, args.windows
 
 
 def die(msg):
@@ -96,12 +117,35 @@ def torch_worker(args):
             w = torch.softmax(q @ k.transpose(-2, -1) / (dh ** 0.5), dim=-1)
             return self.o((w @ v).transpose(1, 2).reshape(B, T, D))
 
+    class Block(nn.Module):
+        """models/lessons.cc, one layer of the general stack with pre_norm and block_mlp."""
+
+        def __init__(self, c):
+            super().__init__()
+            D = c["D"]
+            self.ln1 = nn.LayerNorm(D) if c.get("pre_norm") else None
+            self.attn = MHA(D, c["heads"])
+            self.ln2 = nn.LayerNorm(D) if c.get("pre_norm") and c.get("block_mlp") else None
+            self.mlp = nn.Sequential(nn.Linear(D, c["block_mlp"]), nn.ReLU(),
+                                     nn.Linear(c["block_mlp"], D)) if c.get("block_mlp") else None
+
+        def forward(self, h):
+            h = h + self.attn(self.ln1(h) if self.ln1 is not None else h)
+            if self.mlp is not None:
+                h = h + self.mlp(self.ln2(h) if self.ln2 is not None else h)
+            return h
+
     class Lesson(nn.Module):
         def __init__(self, c):
             super().__init__()
             self.tok = nn.Embedding(c["vocab"], c["D"])
             self.pos = nn.Embedding(c["T"], c["D"]) if c["pos"] else None
-            self.attn = MHA(c["D"], c["heads"])
+            if c.get("layers", 1) == 1 and not c.get("pre_norm") and not c.get("block_mlp"):
+                self.attn = MHA(c["D"], c["heads"])  # the lesson's head(h + attn(h))
+                self.layers = None
+            else:
+                self.attn = None
+                self.layers = nn.ModuleList(Block(c) for _ in range(c.get("layers", 1)))
             if c["head"] == "mlp":
                 self.head = nn.Sequential(nn.Linear(c["D"], c["hidden"]), nn.ReLU(),
                                           nn.Linear(c["hidden"], c["classes"]))
@@ -113,7 +157,11 @@ def torch_worker(args):
             h = self.tok(ids)
             if self.pos is not None:
                 h = h + self.pos(self.arange)
-            return self.head(h + self.attn(h))
+            if self.layers is None:
+                return self.head(h + self.attn(h))
+            for block in self.layers:
+                h = block(h)
+            return self.head(h)
 
     def targets(task, x):
         if task == "neighbor-sum":
@@ -148,12 +196,15 @@ def torch_worker(args):
             opt.step()
             return loss
 
-        t_end = time.perf_counter() + max(0.3, 0.2 * args.seconds)  # warm-up
-        while time.perf_counter() < t_end:
+        seconds, windows = timing(args, task)
+        t_end = time.perf_counter() + max(0.3, 0.2 * seconds)  # warm-up (at least 2 steps)
+        warm = 0
+        while time.perf_counter() < t_end or warm < 2:
             step()
-        window = args.seconds / args.windows
+            warm += 1
+        window = seconds / windows
         rates = []
-        for _ in range(args.windows):
+        for _ in range(windows):
             steps = 0
             t0 = time.perf_counter()
             while True:
@@ -176,7 +227,8 @@ def run_torch(args, threads):
                MKL_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
     cmd = [sys.executable, os.path.abspath(__file__), "--worker-threads", str(threads),
            "--models", *args.models, "--seconds", str(args.seconds),
-           "--windows", str(args.windows)]
+           "--windows", str(args.windows), "--large-seconds", str(args.large_seconds),
+           "--large-windows", str(args.large_windows)]
     if args.batch:
         cmd += ["--batch", str(args.batch)]
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
@@ -190,6 +242,7 @@ def run_torch(args, threads):
 def find_bench(path):
     candidates = [path] if path else [
         os.path.join(ROOT, "build/release/bench/bench_train_step"),
+        os.path.join(ROOT, "build/perf/bench/bench_train_step"),
         os.path.join(ROOT, "build-bench/bench/bench_train_step"),
     ]
     for c in candidates:
@@ -202,9 +255,10 @@ def find_bench(path):
 
 
 def run_attnkit(args, binary, threads):
+    seconds, windows = timing(args, args.models[0])  # called with one model at a time
     cmd = [binary, "--models=" + ",".join(args.models), "--threads=%d" % threads,
-           "--benchmark_format=json", "--benchmark_repetitions=%d" % args.windows,
-           "--benchmark_min_time=%g" % (args.seconds / args.windows),
+           "--benchmark_format=json", "--benchmark_repetitions=%d" % windows,
+           "--benchmark_min_time=%g" % (seconds / windows),
            "--benchmark_report_aggregates_only=true"]
     if args.batch:
         cmd.append("--batch=%d" % args.batch)
@@ -224,10 +278,14 @@ def run_attnkit(args, binary, threads):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--models", nargs="+", default=list(LESSONS), choices=list(LESSONS))
+    ap.add_argument("--models", nargs="+", default=DEFAULT_MODELS, choices=list(LESSONS))
     ap.add_argument("--seconds", type=float, default=3.0,
                     help="timed seconds per (model, threads) measurement, split in windows")
     ap.add_argument("--windows", type=int, default=5, help="timed windows; the median is kept")
+    ap.add_argument("--large-seconds", type=float, default=8.0,
+                    help="timed seconds per measurement of reversal-large (~1 step/s in PyTorch)")
+    ap.add_argument("--large-windows", type=int, default=3,
+                    help="timed windows of reversal-large")
     ap.add_argument("--batch", type=int, default=0, help="override the lessons' batch sizes")
     ap.add_argument("--attnkit-bench", default=None, help="path of bench_train_step")
     ap.add_argument("--worker-threads", type=int, default=0, help=argparse.SUPPRESS)
@@ -258,14 +316,16 @@ def main():
 
     print("PyTorch %s (openblas %s), attnkit %s" % (info["torch_version"], info["openblas"],
                                                      binary))
-    print("median of %d windows, %.3g s per measurement" % (args.windows, args.seconds))
-    hdr = "%-13s %7s %5s %15s %15s %8s" % ("model", "threads", "batch", "PyTorch steps/s",
+    print("median of %d windows, %.3g s per measurement" % (args.windows, args.seconds) +
+          (" (reversal-large: %d windows, %.3g s)" % (args.large_windows, args.large_seconds)
+           if LARGE & set(args.models) else ""))
+    hdr = "%-14s %7s %5s %15s %15s %8s" % ("model", "threads", "batch", "PyTorch steps/s",
                                           "attnkit steps/s", "ratio")
     print(hdr)
     print("-" * len(hdr))
     for task, n, batch, pt, ak in rows:
         ratio = "%.1fx" % (ak / pt) if ak else "n/a"
-        print("%-13s %7d %5d %15.1f %15.1f %8s" % (task, n, batch, pt, ak or float("nan"), ratio))
+        print("%-14s %7d %5d %15.1f %15.1f %8s" % (task, n, batch, pt, ak or float("nan"), ratio))
 
 
 if __name__ == "__main__":
