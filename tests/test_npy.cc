@@ -12,6 +12,7 @@
 #include <random>
 
 #include "engine/error.h"
+#include "file_test_util.h"
 #include "engine/file_io.h"
 #include "engine/npy.h"
 
@@ -22,33 +23,12 @@ using Catch::Matchers::Contains;
 namespace {
 
 const std::string kData = ATTNKIT_TEST_DATA;
-std::string fixture(const std::string& name) { return kData + "/malformed/" + name; }
+using testing::fixture;
+using testing::require_file_error;
 
-// A fresh directory, removed with its contents at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("attnkit_test_npy_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("attnkit_test_npy") {}
 };
-
-// Runs f, which must throw a FileError whose message names `path` and contains `phrase`.
-template <typename F>
-void require_file_error(F&& f, const std::string& path, const std::string& phrase) {
-  try {
-    f();
-  } catch (const FileError& e) {
-    INFO("message: " << e.what());
-    CHECK_THAT(e.what(), Contains(path) && Contains(phrase));
-    return;
-  }
-  FAIL("no FileError for " << path);
-}
 
 bool have_numpy() {
   if (std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0) return true;

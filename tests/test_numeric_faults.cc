@@ -19,18 +19,13 @@
 #include "models/tasks.h"
 #include "models/trainer.h"
 #include "ops/finite.h"
+#include "file_test_util.h"
 
 using namespace attnkit;
+using attnkit::testing::slurp;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 TrainerOptions small_options(const std::string& task, int64_t epochs, int threads = 1) {
   TrainerOptions o;
