@@ -1,6 +1,8 @@
 #include "engine/file_io.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -75,7 +77,28 @@ void write_bytes(std::FILE* f, const void* data, size_t size, const std::string&
     throw FileError(path + ": write failed: " + errno_text(errno));
 }
 
+// Removes `path.tmp.<pid>` files left by processes that died mid-write (killed, power cut):
+// only those whose pid is no longer running, so a concurrent writer's file is left alone.
+void remove_stale_temporaries(const std::string& path) {
+  const std::string dir = directory_of(path);
+  const size_t slash = path.find_last_of('/');
+  const std::string prefix = (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp.";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(pid, 0) != 0 && errno == ESRCH) std::remove((dir + "/" + name).c_str());
+  }
+  ::closedir(d);
+}
+
 void write_file_atomic(const std::string& path, const std::function<void(std::FILE*)>& write) {
+  remove_stale_temporaries(path);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) throw FileError(path + ": cannot create " + tmp + ": " + errno_text(errno));

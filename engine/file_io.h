@@ -17,6 +17,8 @@ std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes = 1ul
 // (the callback throws, a write fails, e.g. disk full) the temporary file is removed, `path` is
 // left as it was, and a FileError naming `path` is thrown (an exception from the callback is
 // passed on unchanged). The callback may ignore fwrite's result: stream errors are checked here.
+// Temporary files `path.tmp.<pid>` of processes no longer running (killed mid-write) are
+// removed first.
 void write_file_atomic(const std::string& path, const std::function<void(std::FILE*)>& write);
 
 // Same, for bytes already in memory.

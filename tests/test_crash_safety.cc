@@ -6,10 +6,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "engine/checkpoint.h"
 #include "engine/rng.h"
@@ -73,6 +76,17 @@ TEST_CASE("a checkpoint killed mid-save never damages the previous one") {
   }
   REQUIRE(kills_mid_run == 40);
   REQUIRE(last_seen > 0);  // the child did get saves through
+  // Killed writers leave model.safetensors.tmp.<pid> behind; the next save removes those of
+  // dead processes (and only those).
+  const std::string live_tmp = path + ".tmp.1";  // pid 1 is always running
+  std::fclose(std::fopen(live_tmp.c_str(), "wb"));
+  std::fclose(std::fopen((path + ".tmp.999999999").c_str(), "wb"));  // beyond pid_max: dead
+  std::fclose(std::fopen((path + ".tmp.notapid").c_str(), "wb"));
+  save_checkpoint(path, ex, &adam, st);
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  CHECK(left == std::vector<std::string>{"model.safetensors", "model.safetensors.tmp.1", "model.safetensors.tmp.notapid"});
   std::filesystem::remove_all(dir);
 }
 
