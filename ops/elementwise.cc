@@ -53,11 +53,36 @@ void BiasBackward(const float* dy, float* dbias, int64_t rows, int64_t cols, Sli
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   // Whole vectors per slice: only the last slice has a partial vector.
   const auto [c0, c1] = slice_range_grain(cols, N, s);
-  ForEachVector(d, dbias, c0, c1, [&](int64_t j, size_t m) {
+  // Up to kBlock whole vectors of columns per pass over the rows: independent add chains
+  // (one per vector) and whole cache lines per row. Each column is still summed over the
+  // rows in order, starting from 0 or dbias, whatever the blocking or slicing.
+  constexpr int kBlock = 8;
+  int64_t j = c0;
+  for (; j + N <= c1;) {
+    const int64_t nv = std::min<int64_t>(kBlock, (c1 - j) / N);
+    hn::Vec<DF> acc[kBlock];
+    for (int v = 0; v < kBlock; ++v)
+      acc[v] = v < nv && accumulate ? hn::LoadU(d, dbias + j + v * N) : hn::Zero(d);
+    if (nv == kBlock) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* row = dy + r * cols + j;
+        for (int v = 0; v < kBlock; ++v) acc[v] = hn::Add(acc[v], hn::LoadU(d, row + v * N));
+      }
+    } else {
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* row = dy + r * cols + j;
+        for (int v = 0; v < nv; ++v) acc[v] = hn::Add(acc[v], hn::LoadU(d, row + v * N));
+      }
+    }
+    for (int v = 0; v < nv; ++v) hn::StoreU(acc[v], d, dbias + j + v * N);
+    j += nv * N;
+  }
+  if (j < c1) {
+    const size_t m = static_cast<size_t>(c1 - j);
     auto acc = accumulate ? LoadUpTo(d, dbias + j, m) : hn::Zero(d);
     for (int64_t r = 0; r < rows; ++r) acc = hn::Add(acc, LoadUpTo(d, dy + r * cols + j, m));
-    return acc;
-  });
+    StoreTail(d, acc, dbias + j, m);
+  }
 }
 
 void AddForward(const float* a, const float* b, float* y, int64_t n, Slice s) {

@@ -73,6 +73,7 @@ inline bool use_dot_path(bool trans_a, int64_t n) { return !trans_a && n <= 4; }
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <type_traits>
 
 #include "hwy/cache_control.h"
@@ -665,12 +666,61 @@ inline void GemmDot(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64
 // BLIS-style: B block (kc × nc) packed in NR-column micro-panels, A block (mc × kc) in MR-row
 // micro-panels, both zero-padded so the micro-kernel always runs a full 6 × 2V tile.
 
-// op(A)[i0.., p0..] → mc × kc as MR-row panels, each kc × MR (kk-major).
+// Slack the packed-A scratch needs past mc × kc floats (PackA6x8's last store).
+inline constexpr int64_t kPackASlack = 16;
+
+#if HWY_TARGET == HWY_AVX2
+// dst[kk·6 + r] = src[r·lds + kk] for r < 6, kk < 8: 8 columns of 6 rows of a row-major A
+// into an MR-row panel, transposed in registers. The 8 stores of 8 floats go in increasing
+// order, each overwriting the previous one's 2 spare lanes; the last writes dst[48, 50), which
+// the caller owns (the next values of the panel, or slack) and overwrites later.
+HWY_INLINE void PackA6x8(DF d, const float* HWY_RESTRICT src, int64_t lds,
+                         float* HWY_RESTRICT dst) {
+  const hn::Repartition<double, DF> dd;
+  VF r[8];
+  for (int i = 0; i < 6; ++i) r[i] = hn::LoadU(d, src + i * lds);
+  r[6] = r[7] = hn::Zero(d);
+  VF t[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = hn::InterleaveLower(d, r[i], r[i + 1]);
+    t[i + 1] = hn::InterleaveUpper(d, r[i], r[i + 1]);
+  }
+  VF u[8];
+  for (int h = 0; h < 8; h += 4) {
+    for (int i = 0; i < 2; ++i) {
+      const auto a = hn::BitCast(dd, t[h + i]), b = hn::BitCast(dd, t[h + 2 + i]);
+      u[h + 2 * i] = hn::BitCast(d, hn::InterleaveLower(dd, a, b));
+      u[h + 2 * i + 1] = hn::BitCast(d, hn::InterleaveUpper(dd, a, b));
+    }
+  }
+  for (int c = 0; c < 4; ++c) hn::StoreU(hn::ConcatLowerLower(d, u[4 + c], u[c]), d, dst + c * kMR);
+  for (int c = 0; c < 4; ++c)
+    hn::StoreU(hn::ConcatUpperUpper(d, u[4 + c], u[c]), d, dst + (c + 4) * kMR);
+}
+#endif
+
+// op(A)[i0.., p0..] → mc × kc as MR-row panels, each kc × MR (kk-major). out has room for
+// kPackASlack floats past mc × kc.
 inline void PackA(const GemmArgs& g, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
                   float* HWY_RESTRICT out) {
   for (int64_t ip = 0; ip < mc; ip += kMR) {
     const int64_t rows = std::min(kMR, mc - ip);
     float* panel = out + ip * kc;
+    if (!g.trans_a && rows == kMR) {
+      const float* src = g.a + (i0 + ip) * g.lda + p0;
+      int64_t kk = 0;
+#if HWY_TARGET == HWY_AVX2
+      for (; kk + 8 <= kc; kk += 8) PackA6x8(DF(), src + kk, g.lda, panel + kk * kMR);
+#endif
+      for (; kk < kc; ++kk)
+        for (int64_t r = 0; r < kMR; ++r) panel[kk * kMR + r] = src[r * g.lda + kk];
+      continue;
+    }
+    if (g.trans_a && rows == kMR) {  // 6 contiguous floats per kk (a fixed-size copy)
+      const float* src = g.a + p0 * g.lda + i0 + ip;
+      for (int64_t kk = 0; kk < kc; ++kk) std::memcpy(panel + kk * kMR, src + kk * g.lda, kMR * 4);
+      continue;
+    }
     if (!g.trans_a) {
       for (int64_t r = 0; r < rows; ++r) {
         const float* src = g.a + (i0 + ip + r) * g.lda + p0;
@@ -693,6 +743,11 @@ inline void PackB(const GemmArgs& g, int64_t p0, int64_t kc, int64_t j0, int64_t
   for (int64_t jp = 0; jp < nc; jp += nr) {
     const int64_t cols = std::min(nr, nc - jp);
     float* panel = out + jp * kc;
+    if (!g.trans_b && cols == 16 && nr == 16) {  // whole panel rows (a fixed-size copy)
+      for (int64_t kk = 0; kk < kc; ++kk)
+        std::memcpy(panel + kk * 16, g.b + (p0 + kk) * g.ldb + j0 + jp, 16 * 4);
+      continue;
+    }
     if (!g.trans_b) {
       for (int64_t kk = 0; kk < kc; ++kk) {
         const float* src = g.b + (p0 + kk) * g.ldb + j0 + jp;
@@ -751,7 +806,7 @@ inline void GemmPacked(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
   const int64_t mc_max = std::min(kMC, (i1 - i0 + kMR - 1) / kMR * kMR);
   const int64_t kc_max = std::min(kKC, g.k);
   float* bp = gemm_detail::thread_scratch(1, static_cast<size_t>(kc_max * nc_max));
-  float* ap = gemm_detail::thread_scratch(0, static_cast<size_t>(kc_max * mc_max));
+  float* ap = gemm_detail::thread_scratch(0, static_cast<size_t>(kc_max * mc_max + kPackASlack));
   for (int64_t jc = j0; jc < j1; jc += kNC) {
     const int64_t nc = std::min(kNC, j1 - jc);
     for (int64_t pc = 0; pc < g.k; pc += kKC) {
@@ -787,7 +842,7 @@ inline void GemmPackedDynamic(const GemmArgs& g, std::atomic<int64_t>* next) {
   const int64_t kc_max = std::min(kKC, g.k);
   const int64_t mc_max = std::min(kMC, (g.m + kMR - 1) / kMR * kMR);
   const int64_t nc_max = std::min(kTaskCols, (g.n + nr - 1) / nr * nr);
-  float* ap = gemm_detail::thread_scratch(0, static_cast<size_t>(kc_max * mc_max));
+  float* ap = gemm_detail::thread_scratch(0, static_cast<size_t>(kc_max * mc_max + kPackASlack));
   // The chunk: KC slab pc at bp + pc·ncp.
   float* bp = gemm_detail::thread_scratch(1, static_cast<size_t>(g.k * nc_max));
   const int64_t row_tasks = (g.m + kMC - 1) / kMC;
