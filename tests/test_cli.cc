@@ -283,7 +283,7 @@ TEST_CASE("a huge lr stops with one error line naming the step and tensor, earli
   CHECK((rev.code == 0 || rev.err.rfind("error: step ", 0) == 0));
 }
 
-TEST_CASE("--threads 8 on a 2-core machine trains to the same loss as --threads 1") {
+TEST_CASE("eight threads on a 2-core machine train to the same loss as one thread") {
   const fs::path dir = scratch("threads");
   std::string losses[2];
   int i = 0;
