@@ -4,12 +4,6 @@
 
 namespace attnkit {
 
-const std::vector<std::string>& known_tasks() {
-  static const std::vector<std::string> tasks = {"neighbor-sum", "duplicates", "reversal",
-                                                 "induction", "reversal-large"};
-  return tasks;
-}
-
 ModelConfig lesson_config(const std::string& task) {
   ModelConfig c;
   c.task = task;

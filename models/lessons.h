@@ -7,6 +7,7 @@
 
 #include "../engine/graph.h"
 #include "../engine/modules.h"
+#include "task_names.h"  // known_tasks()
 
 namespace attnkit {
 
@@ -31,9 +32,6 @@ struct ModelConfig {
   bool pre_norm = false;
   int64_t block_mlp = 0;
 };
-
-// Tasks lesson_config knows.
-const std::vector<std::string>& known_tasks();
 
 // The lesson's configuration of a task (throws Error for an unknown task). Besides the three
 // lesson tasks: "induction" (2 causal layers, see models/tasks.h) and "reversal-large", the

@@ -1,5 +1,6 @@
-// The attnkit subcommands, each a function of its parsed arguments. tools/attnkit.cc parses
-// the command line (CLI11) and maps errors to exit codes: UsageError → 2, any other → 1.
+// The attnkit subcommands, each a function of its parsed arguments. tools/cli_parser.cc parses
+// the command line (CLI11); tools/attnkit.cc runs the command and maps errors to exit codes:
+// UsageError → 2, any other → 1.
 #pragma once
 #include <cstdint>
 #include <stdexcept>
@@ -58,11 +59,11 @@ struct RenderArgs {
   int64_t layer = -1, head = -1;
   double scale = 2;
 };
-CLI::App* add_render_subcommand(CLI::App& app, RenderArgs* args);
+CLI::App* add_render_subcommand(CLI::App& app, RenderArgs* args);  // tools/cli_parser.cc
 int run_render(const RenderArgs& args);
 
 // name: lookup, scaling, masks, alignment; out: alignment's .npy ("" = none).
 int run_demo(const std::string& name, const std::string& out);
-const std::vector<std::string>& demo_names();
+const std::vector<std::string>& demo_names();  // tools/cli_parser.cc
 
 }  // namespace attnkit::cli

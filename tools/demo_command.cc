@@ -169,11 +169,6 @@ void demo_alignment(const std::string& out) {
 
 }  // namespace
 
-const std::vector<std::string>& demo_names() {
-  static const std::vector<std::string> names = {"lookup", "scaling", "masks", "alignment"};
-  return names;
-}
-
 int run_demo(const std::string& name, const std::string& out) {
   if (!out.empty() && name != "alignment") throw UsageError("--out is only for 'demo alignment'");
   if (name == "lookup") demo_lookup();

@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <filesystem>
 
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
 #include "engine/error.h"
@@ -12,26 +11,6 @@
 
 namespace attnkit::cli {
 namespace fs = std::filesystem;
-
-CLI::App* add_render_subcommand(CLI::App& app, RenderArgs* r) {
-  CLI::App* cmd = app.add_subcommand(
-      "render", "Draw attention: an .npy of shape [T,T], [Tq,Tk], [H,T,T] or [L,H,T,T] to PNG/SVG/HTML, or a run folder");
-  cmd->add_option("input", r->input, "attention .npy, or a run folder (pictures + report.html)")->required();
-  cmd->add_option("--out", r->out, "FILE.png, FILE.svg or FILE.html (a folder for a run folder; default: the run folder)");
-  cmd->add_option("--tokens", r->tokens, "Key (column) labels, space-separated, e.g. \"the black cat\"; also the "
-                                         "query labels of a square map");
-  cmd->add_option("--query-tokens", r->query_tokens, "Query (row) labels, when they differ from the keys (cross-attention)");
-  cmd->add_option("--layer", r->layer, "Only this layer (of [L,H,T,T])");
-  cmd->add_option("--head", r->head, "Only this head (of [H,T,T] or [L,H,T,T])");
-  cmd->add_option("--view", r->view, "heatmap (default) or links (a BertViz-style link diagram)")
-      ->check(CLI::IsMember({"heatmap", "links"}));
-  cmd->add_option("--title", r->title, "Title above the picture");
-  cmd->add_option("--values", r->values, "Weights written in the cells: auto (when they fit), none, 1 or 2 decimals")
-      ->check(CLI::IsMember({"auto", "none", "1", "2"}));
-  cmd->add_option("--colormap", r->colormap, "blues (default) or viridis")->check(CLI::IsMember({"blues", "viridis"}));
-  cmd->add_option("--scale", r->scale, "PNG pixels per point (default 2: sharp on slides)")->check(CLI::Range(0.25, 8.0));
-  return cmd;
-}
 
 int run_render(const RenderArgs& r) {
   if (fs::is_directory(r.input)) {

@@ -1,0 +1,137 @@
+// The command-line parser in-process (tools/cli_parser.cc): what it fills in, that usage
+// errors name the flag, and that every input in tests/data/fuzz_cli (the fuzz seeds and the
+// regression inputs tests/fuzz/fuzz_cli.cc found) parses or fails with a CLI::ParseError only.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "tools/cli_parser.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using attnkit::cli::Command;
+using attnkit::cli::CommandLine;
+
+// Parses {"attnkit", args...}; returns "" on success, else the CLI11 error's name and message.
+std::string parse(CommandLine& cl, const std::vector<std::string>& args) {
+  std::vector<const char*> argv{"attnkit"};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  try {
+    cl.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::ParseError& e) {
+    return e.get_name() + ": " + e.what();
+  }
+  return "";
+}
+
+// The fuzz target's input format: argv[1..] separated by NUL bytes.
+std::vector<std::string> read_args(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  std::string current;
+  for (char c : bytes) {
+    if (c == '\0') {
+      args.push_back(current);
+      current.clear();
+    } else {
+      current.push_back(c);
+    }
+  }
+  if (!bytes.empty()) args.push_back(current);
+  return args;
+}
+
+}  // namespace
+
+TEST_CASE("cli parser: train fills TrainArgs and lists the flags given") {
+  CommandLine cl;
+  REQUIRE(parse(cl, {"train", "neighbor-sum", "--epochs", "3", "--lr=0.003", "--causal", "--seed", "7"}) == "");
+  const auto& a = cl.args();
+  CHECK(a.command == Command::kTrain);
+  CHECK(a.train.task == "neighbor-sum");
+  CHECK(a.train.epochs == 3);
+  CHECK(a.train.lr == Approx(0.003f));
+  CHECK(a.train.causal);
+  CHECK(a.train.seed == 7);
+  auto given = a.train.given;
+  std::sort(given.begin(), given.end());
+  CHECK(given == std::vector<std::string>{"causal", "epochs", "lr", "seed"});
+}
+
+TEST_CASE("cli parser: each subcommand is reported") {
+  const std::vector<std::pair<std::vector<std::string>, Command>> cases = {
+      {{"eval", "--checkpoint", "runs/x"}, Command::kEval},
+      {{"infer", "--checkpoint", "runs/x", "--tokens", "1 2 3"}, Command::kInfer},
+      {{"rollout", "a.npy", "--out", "r.npy"}, Command::kRollout},
+      {{"demo", "masks"}, Command::kDemo},
+      {{"render", "a.npy", "--out", "a.png", "--scale", "0.25"}, Command::kRender},
+  };
+  for (const auto& [args, command] : cases) {
+    CommandLine cl;
+    INFO(args[0]);
+    REQUIRE(parse(cl, args) == "");
+    CHECK(cl.args().command == command);
+  }
+}
+
+TEST_CASE("cli parser: usage errors name the flag, help is a CallForHelp") {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{}, "subcommand"},
+      {{"train", "nope"}, "task"},
+      {{"train", "reversal", "--epochs", "-1"}, "--epochs"},
+      {{"train", "reversal", "--lr", "0"}, "--lr"},
+      {{"train", "reversal", "--lr", "1e50"}, "--lr"},   // inf as a float
+      {{"train", "reversal", "--lr", "1e-50"}, "--lr"},  // 0 as a float
+      {{"train", "reversal", "--lr", "nan"}, "--lr"},
+      {{"train", "reversal", "--threads", "0"}, "--threads"},
+      {{"train", "reversal", "--bogus"}, "--bogus"},
+      {{"render", "a.npy", "--scale", "nan"}, "--scale"},
+      {{"render", "a.npy", "--scale", "9"}, "--scale"},
+      {{"demo", "nope"}, "name"},
+  };
+  for (const auto& [args, flag] : cases) {
+    CommandLine cl;
+    const std::string error = parse(cl, args);
+    INFO(error);
+    CHECK(error != "");
+    CHECK(error.find(flag) != std::string::npos);
+  }
+  CommandLine cl;
+  const std::vector<const char*> argv{"attnkit", "train", "--help"};
+  CHECK_THROWS_AS(cl.parse(3, argv.data()), CLI::CallForHelp);
+}
+
+TEST_CASE("cli parser: the fuzz seeds and regression inputs in tests/data/fuzz_cli") {
+  int files = 0, regressions = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(ATTNKIT_TEST_DATA) / "fuzz_cli")) {
+    if (entry.path().extension() != ".args") continue;
+    ++files;
+    const std::string name = entry.path().stem().string();
+    INFO(name);
+    CommandLine cl;
+    std::string error;
+    // Anything but a CLI::ParseError escapes and fails the test.
+    CHECK_NOTHROW(error = parse(cl, read_args(entry.path())));
+    if (name.rfind("regression_", 0) == 0) {  // inputs the fuzzer found: now usage errors
+      ++regressions;
+      CHECK(error.find("ValidationError") != std::string::npos);
+    }
+    if (error.find("CallForHelp") != std::string::npos) {  // main() prints help: render it
+      std::ostringstream sink;
+      CHECK(cl.app().exit(CLI::CallForHelp(), sink, sink) == 0);
+      CHECK(sink.str().find("attnkit") != std::string::npos);
+    }
+  }
+  CHECK(files >= 10);
+  CHECK(regressions >= 3);
+}
