@@ -2,12 +2,15 @@
 // Executor::train_step) at each lesson's batch size, 1 and 2 threads.
 //
 //   bench_train_step [--batch=N] [--models=neighbor-sum,duplicates,reversal,reversal-large]
-//                    [--threads=1,2] [Google Benchmark flags, e.g. --benchmark_min_time=0.5]
+//                    [--threads=1,2] [--adaptive=0|1]
+//                    [Google Benchmark flags, e.g. --benchmark_min_time=0.5]
 //
 // The default models are the three lessons and "reversal-large", issue 4's compute-bound
 // configuration (V = 64, T = 128, D = 256, 4 heads, 2 pre-LayerNorm blocks of attention + MLP
 // with hidden 4D, batch 32, Adam lr 1e-3, target = the reversed sequence; ~0.1-0.5 s a step).
-// --batch overrides every model's batch (64 / 64 / 32 / 32). Token batches (with the
+// --batch overrides every model's batch (64 / 64 / 32 / 32). --adaptive=0 turns off the
+// executor's adaptive thread use (ExecutorOptions::adaptive_threads), so that N threads are
+// really N threads every step. Token batches (with the
 // task's true targets) are generated before timing; a few distinct batches are cycled.
 // Reports items_per_second = steps/s and the counter "steps/s".
 #include <benchmark/benchmark.h>
@@ -56,11 +59,16 @@ void targets_for(const ModelConfig& c, const int32_t* x, int32_t* y) {
 }
 
 constexpr int kDistinctBatches = 4;
+bool g_adaptive = true;
 
 void BM_TrainStep(benchmark::State& state, std::string task, int threads, int64_t batch) {
   const ModelConfig c = lesson_config(task);
   Model m = build_model(c, batch);
-  Executor ex(*m.graph, {threads, 1});
+  ExecutorOptions options;
+  options.threads = threads;
+  options.seed = 1;
+  options.adaptive_threads = g_adaptive;
+  Executor ex(*m.graph, options);
   Adam adam(ex.param_count(), {lesson_lr(task)});
   ex.set_batch(batch);
 
@@ -99,6 +107,7 @@ void BM_TrainStep(benchmark::State& state, std::string task, int threads, int64_
       benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
   state.counters["batch"] = static_cast<double>(batch);
   state.counters["threads"] = threads;
+  state.counters["threads_in_use"] = ex.threads_in_use();
   state.counters["loss"] = loss;
   std::ostringstream label;
   label << task << " batch " << batch << " threads " << threads;
@@ -139,6 +148,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench_train_step: --batch must be a positive integer\n");
         return 2;
       }
+    } else if (take_flag(argc, argv, i, "--adaptive", &v)) {
+      g_adaptive = v != "0";
     } else if (take_flag(argc, argv, i, "--models", &v)) {
       models = split(v);
     } else if (take_flag(argc, argv, i, "--threads", &v)) {

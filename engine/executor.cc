@@ -37,6 +37,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options)
     std::memcpy(consts_.data(), graph.const_data().data(), graph.const_data().size() * 4);
   init_parameters(options.seed);
   plan_barriers();
+  task_counters_.reset(new TaskCounter[(graph.nodes().size() + 1) * kNodeTaskCounters]);
 }
 
 namespace {
@@ -226,6 +227,7 @@ void Executor::run_nodes(size_t begin, size_t end, Adam* optimizer, int threads)
   const size_t backward_from = graph_.forward_nodes();
   const bool zero_grads = end > backward_from;
   SpinBarrier* barrier_ptr = nullptr;
+  TaskCounter* counters = task_counters_.get();
   auto body = [&](Slice s) {
     if (zero_grads) {  // parameter gradients accumulate: start each backward from zero
       auto [g0, g1] = slice_range(graph_.param_count(), s);
@@ -233,7 +235,8 @@ void Executor::run_nodes(size_t begin, size_t end, Adam* optimizer, int threads)
     }
     for (size_t i = begin; i < end; ++i) {
       if (s.count > 1 && i > begin && barrier_before_[i]) barrier_ptr->wait();
-      op_def(nodes[i].op).run(*this, nodes[i], s);
+      op_def(nodes[i].op).run(*this, nodes[i],
+                              s.count > 1 ? Slice{s.index, s.count, counters + i * kNodeTaskCounters} : s);
     }
     if (optimizer) {
       if (s.count > 1 && barrier_before_[nodes.size()]) barrier_ptr->wait();
@@ -244,6 +247,8 @@ void Executor::run_nodes(size_t begin, size_t end, Adam* optimizer, int threads)
     body(Slice{0, 1});
     return;
   }
+  for (size_t i = begin * kNodeTaskCounters; i < end * kNodeTaskCounters; ++i)
+    counters[i].next.store(0, std::memory_order_relaxed);
   SpinBarrier barrier(threads);
   barrier_ptr = &barrier;
 #pragma omp parallel num_threads(threads)

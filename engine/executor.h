@@ -3,6 +3,7 @@
 // kernel given its (thread, thread count) slice.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "arena.h"
@@ -76,13 +77,19 @@ class Executor final : public RunContext {
   // writes memory they write, or writes memory they read). Index nodes().size() is the
   // optimizer update. Independent neighbours run without a barrier between them.
   std::vector<bool> barrier_before_;
+  // kNodeTaskCounters per node, zeroed before each multi-threaded run: the kernels that hand
+  // out their work dynamically (Slice::tasks) share them.
+  std::unique_ptr<TaskCounter[]> task_counters_;
   // Adaptive thread use: probe runs alternate threads_ and 1 thread; the faster wins until
-  // the next probe, which comes twice as late each time the verdict stands.
+  // the next probe, which comes twice as late each time the verdict stands. The first
+  // training step is not part of a probe: it starts the OpenMP threads and first touches the
+  // arena and the kernels' scratch (on the compute-bound model that made its parallel run
+  // look slower than a serial one, and the executor then ran 64 steps on one thread).
   bool adaptive_;
   bool parallel_ = true;
   int probe_runs_left_ = 0;
   double best_parallel_ = 0, best_serial_ = 0;  // summed seconds of the probe runs
-  int64_t runs_until_probe_ = 1, probe_interval_ = 64;
+  int64_t runs_until_probe_ = 2, probe_interval_ = 64;
 
  public:
   // Barriers a training step runs with more than one thread (for benchmarks and tests).

@@ -71,12 +71,37 @@ void for_each_mask_run(const RunContext& c, const Node& n, TensorId mask_id, con
   }
 }
 
+void attention_products(const RunContext& c, const Node& n, int64_t p0, int64_t p1);
+void attention_backward_products(const RunContext& c, const Node& n, int64_t p0, int64_t p1);
+
+// Calls fn(p0, p1) on this slice's share of the (batch, head) products: the index's
+// contiguous share, or with a dynamic slice chunks of about an eighth of a thread's share
+// taken from the node's counter. Each product (and each softmax row) is computed the same
+// way whatever range it falls in.
+template <class Fn>
+void for_each_product_range(int64_t products, Slice s, Fn&& fn) {
+  if (!s.dynamic()) {
+    auto [p0, p1] = slice_range(products, s);
+    if (p1 > p0) fn(p0, p1);
+    return;
+  }
+  const int64_t chunk = std::max<int64_t>(1, products / (8 * s.count));
+  for (;;) {
+    const int64_t p0 = s.tasks->next.fetch_add(1, std::memory_order_relaxed) * chunk;
+    if (p0 >= products) break;
+    fn(p0, std::min(products, p0 + chunk));
+  }
+}
+
 void attention_run(const RunContext& c, const Node& n, Slice s) {
+  for_each_product_range(dims_of(c, n).b * dims_of(c, n).h, s,
+                         [&](int64_t p0, int64_t p1) { attention_products(c, n, p0, p1); });
+}
+
+void attention_products(const RunContext& c, const Node& n, int64_t p0, int64_t p1) {
   const Dims m = dims_of(c, n);
   const float *q = c.f32(n.in[0]), *k = c.f32(n.in[1]), *v = c.f32(n.in[2]);
   float *y = c.f32(n.out[0]), *probs = c.f32(n.out[1]);
-  auto [p0, p1] = slice_range(m.b * m.h, s);
-  if (p1 <= p0) return;
   const int64_t tt = m.tq * m.tk;
   for (int64_t p = p0; p < p1; ++p) {  // scores Q·Kᵀ straight into the probabilities
     const int64_t b = p / m.h, h = p % m.h;
@@ -110,6 +135,11 @@ void attention_differentiate(Autodiff& ad, const Node& n) {
 }
 
 void attention_backward_run(const RunContext& c, const Node& n, Slice s) {
+  for_each_product_range(dims_of(c, n).b * dims_of(c, n).h, s,
+                         [&](int64_t p0, int64_t p1) { attention_backward_products(c, n, p0, p1); });
+}
+
+void attention_backward_products(const RunContext& c, const Node& n, int64_t p0, int64_t p1) {
   const Dims m = dims_of(c, n);
   const float *q = c.f32(n.in[0]), *k = c.f32(n.in[1]), *v = c.f32(n.in[2]);
   const float *probs = c.f32(n.in[3]), *dy = c.f32(n.in[4]);
@@ -117,8 +147,6 @@ void attention_backward_run(const RunContext& c, const Node& n, Slice s) {
   float* dq = n.out[0] != kNoTensor ? c.f32(n.out[0]) : nullptr;
   float* dk = n.out[1] != kNoTensor ? c.f32(n.out[1]) : nullptr;
   float* dv = n.out[2] != kNoTensor ? c.f32(n.out[2]) : nullptr;
-  auto [p0, p1] = slice_range(m.b * m.h, s);
-  if (p1 <= p0) return;
   const int64_t tt = m.tq * m.tk;
   // In the forward pass y = P·V: dP = dy·Vᵀ and dV = Pᵀ·dy.
   for (int64_t p = p0; p < p1; ++p) {

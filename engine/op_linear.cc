@@ -57,7 +57,7 @@ void linear_backward_run(const RunContext& c, const Node& n, Slice s) {
                 c.f32(n.out[0]), in, s);
   if (n.out[1] != kNoTensor)
     sgemm_slice(true, false, in, out, rows, 1.0f, x, in, dy, out, n.accumulates(1) ? 1.0f : 0.0f,
-                c.f32(n.out[1]), out, s);
+                c.f32(n.out[1]), out, s.with_counter(1));  // its own task counter
   // db = Σ_rows dy.
   if (n.out.size() > 2 && n.out[2] != kNoTensor)
     bias_backward(dy, c.f32(n.out[2]), rows, out, s, n.accumulates(2));

@@ -29,8 +29,14 @@ void GemmBlockTarget(const gemm_detail::GemmArgs& g, int64_t i0, int64_t i1, int
   GemmBlock(g, i0, i1, j0, j1);
 }
 
-void GemmPackedDynamicTarget(const gemm_detail::GemmArgs& g, std::atomic<int64_t>* next) {
-  GemmPackedDynamic(g, next);
+void GemmPackedDynamicTarget(const gemm_detail::GemmArgs& g, std::atomic<int64_t>* next,
+                             int64_t task_rows) {
+  GemmPackedDynamic(g, next, task_rows);
+}
+
+void GemmRowsDynamicTarget(const gemm_detail::GemmArgs& g, std::atomic<int64_t>* next,
+                           int64_t rows) {
+  GemmRowsDynamic(g, next, rows);
 }
 
 int64_t CurrentTarget() { return HWY_TARGET; }
@@ -51,6 +57,7 @@ namespace attnkit {
 HWY_EXPORT(GemmProductsTarget);
 HWY_EXPORT(GemmBlockTarget);
 HWY_EXPORT(GemmPackedDynamicTarget);
+HWY_EXPORT(GemmRowsDynamicTarget);
 HWY_EXPORT(CurrentTarget);
 
 namespace gemm_detail {
@@ -158,6 +165,27 @@ void products(const GemmArgs& g, const GemmBatch& batch, int64_t p0, int64_t p1,
   HWY_DYNAMIC_DISPATCH(GemmProductsTarget)(g, batch, p0, p1, i0, i1);
 }
 
+// Rows of a dynamic task: about 4 tasks per thread (a thread slowed down by other work
+// leaves few rows behind), whole micro-tiles, between half a packed row block and one.
+int64_t dynamic_task_rows(int64_t m, int threads) {
+  const int64_t want = (m + 4 * threads - 1) / (4 * threads);
+  const int64_t rows = (want + gemm_detail::kMR - 1) / gemm_detail::kMR * gemm_detail::kMR;
+  return std::clamp<int64_t>(rows, gemm_detail::kMC / 2, gemm_detail::kMC);
+}
+
+// The whole product on the threads of a dynamic slice (s.dynamic()) by row blocks, for the
+// direct paths when C is at least as tall as wide; false (nothing done) when the product
+// keeps its static split. Packed products keep theirs: each thread then packs op(A) once
+// and streams each packed slab of op(B) over all its rows, where (row block, column chunk)
+// tasks repacked them per task and per chunk (the compute-bound model's 2-thread step was
+// 8% slower with them).
+bool dynamic_product(const GemmArgs& g, Slice s) {
+  if (gemm_detail::use_packed_path(g.m, g.n, g.k)) return false;
+  if (g.m < g.n || g.m < 4 * gemm_detail::kMR * s.count) return false;
+  HWY_DYNAMIC_DISPATCH(GemmRowsDynamicTarget)(g, &s.tasks->next, dynamic_task_rows(g.m, s.count));
+  return true;
+}
+
 bool worth_threads(int64_t work) {
   return work >= kParallelWork && !omp_in_parallel() && omp_get_max_threads() > 1;
 }
@@ -182,7 +210,7 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
     const GemmArgs g{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
     std::atomic<int64_t> next{0};
 #pragma omp parallel
-    HWY_DYNAMIC_DISPATCH(GemmPackedDynamicTarget)(g, &next);
+    HWY_DYNAMIC_DISPATCH(GemmPackedDynamicTarget)(g, &next, gemm_detail::kMC);
     return;
   }
 #pragma omp parallel
@@ -204,6 +232,7 @@ void sgemm_bias_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   if (m <= 0 || n <= 0) return;
   const GemmArgs g{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias};
   const bool openblas = g_backend.load(std::memory_order_relaxed) == GemmBackend::kOpenBLAS;
+  if (s.dynamic() && !openblas && k > 0 && alpha != 0.0f && dynamic_product(g, s)) return;
   const Block blk = block_of_slice(m, n, s, openblas);
   if (blk.i0 >= blk.i1 || blk.j0 >= blk.j1) return;
   if (k <= 0 || alpha == 0.0f) {

@@ -18,7 +18,9 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 
 // The share of one thread of the same product: slice s computes a disjoint block of C.
 // Every element of C is computed the same way whatever the slice count, so results do not
-// depend on the number of threads.
+// depend on the number of threads. With a dynamic slice (s.dynamic(): the engine's task
+// counter s.tasks[0]), tall products on the direct paths take row blocks of C from the
+// counter instead (every slice of the call must pass the same counter; same values, bitwise).
 void sgemm_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                  int64_t ldc, Slice s);

@@ -833,10 +833,11 @@ inline void GemmPacked(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
 
 inline constexpr int64_t kTaskCols = 256;  // columns of a chunk: a KC slab of it is 384 KB
 
-// next: the task counter, 0 on entry, shared by the threads.
-inline void GemmPackedDynamic(const GemmArgs& g, std::atomic<int64_t>* next) {
+// next: the task counter, 0 on entry, shared by the threads. task_rows: rows of a task, a
+// multiple of MR up to MC (a blocking choice only: it changes no bits).
+inline void GemmPackedDynamic(const GemmArgs& g, std::atomic<int64_t>* next, int64_t task_rows) {
   using gemm_detail::kKC;
-  using gemm_detail::kMC;
+  const int64_t kMC = task_rows;
   const DF d;
   const int64_t nr = 2 * static_cast<int64_t>(hn::Lanes(d));
   const int64_t kc_max = std::min(kKC, g.k);
@@ -870,6 +871,10 @@ inline void GemmPackedDynamic(const GemmArgs& g, std::atomic<int64_t>* next) {
   }
 }
 
+// Row blocks of `rows` rows taken from a shared counter, each on the path the product's
+// shape selects (which block a row falls in changes none of its values).
+inline void GemmRowsDynamic(const GemmArgs& g, std::atomic<int64_t>* next, int64_t rows);
+
 // C[i0..i1, j0..j1] of product g, on the path the whole product's shape selects.
 inline void GemmBlock(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   if (i0 >= i1 || j0 >= j1) return;
@@ -881,6 +886,15 @@ inline void GemmBlock(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int
     GemmDot(g, i0, i1, j0, j1);
   } else {
     GemmDirect(g, i0, i1, j0, j1);
+  }
+}
+
+inline void GemmRowsDynamic(const GemmArgs& g, std::atomic<int64_t>* next, int64_t rows) {
+  const int64_t tasks = (g.m + rows - 1) / rows;
+  for (;;) {
+    const int64_t t = next->fetch_add(1, std::memory_order_relaxed);
+    if (t >= tasks) break;
+    GemmBlock(g, t * rows, std::min(g.m, (t + 1) * rows), 0, g.n);
   }
 }
 

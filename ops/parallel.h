@@ -2,14 +2,35 @@
 // (index, count) and does only its share. The engine runs one OpenMP parallel region per
 // graph run and passes each thread its slice; standalone callers pass the default {0, 1}.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <utility>
 
 namespace attnkit {
 
+// A counter the threads of one kernel call share to hand out tasks dynamically (each
+// fetch_add takes the next task), on its own cache line.
+struct alignas(64) TaskCounter {
+  std::atomic<int64_t> next{0};
+};
+
+// Task counters the engine gives each node (see Slice::tasks).
+inline constexpr int kNodeTaskCounters = 2;
+
 struct Slice {
   int index = 0;  // this thread, 0 <= index < count
   int count = 1;  // threads sharing the work
+  // When set (by the engine, with count > 1): kNodeTaskCounters counters at zero when the
+  // node starts, shared by all `count` slices of this node run. A kernel may then hand its
+  // work out dynamically instead of by index — a thread slowed down by other work on the
+  // machine leaves its share to the others — as long as every value is computed the same
+  // way whatever thread computes it. Kernels that split by index ignore it.
+  TaskCounter* tasks = nullptr;
+
+  // This slice with counter i (< kNodeTaskCounters) first: for a second dynamic kernel call
+  // in the same node.
+  Slice with_counter(int i) const { return Slice{index, count, tasks ? tasks + i : nullptr}; }
+  bool dynamic() const { return tasks != nullptr && count > 1; }
 };
 
 // Contiguous, balanced share [begin, end) of n items for slice s. Slices cover [0, n) exactly.
