@@ -324,8 +324,9 @@ def main():
     print(hdr)
     print("-" * len(hdr))
     for task, n, batch, pt, ak in rows:
-        ratio = "%.1fx" % (ak / pt) if ak else "n/a"
-        print("%-14s %7d %5d %15.1f %15.1f %8s" % (task, n, batch, pt, ak or float("nan"), ratio))
+        ratio = "%.2fx" % (ak / pt) if ak else "n/a"
+        fmt = "%-14s %7d %5d %15.2f %15.2f %8s" if pt < 10 else "%-14s %7d %5d %15.1f %15.1f %8s"
+        print(fmt % (task, n, batch, pt, ak or float("nan"), ratio))
 
 
 if __name__ == "__main__":

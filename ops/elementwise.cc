@@ -47,41 +47,63 @@ void BiasAddForward(const float* x, const float* bias, float* y, int64_t rows, i
 
 // In the forward pass bias[c] was added to every row: its gradient is the column sum of dy.
 // Each column block is summed over rows 0, 1, 2, … in order, whatever the slice.
+// dbias[j, j + NV·N) (+)= Σ_rows dy[r, j + …]: NV independent add chains, whole lines a row.
+template <int NV>
+HWY_INLINE void BiasColumns(DF d, const float* HWY_RESTRICT dy, float* HWY_RESTRICT dbias,
+                            int64_t rows, int64_t cols, int64_t j, bool accumulate) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  hn::Vec<DF> acc[NV];
+  for (int v = 0; v < NV; ++v) acc[v] = accumulate ? hn::LoadU(d, dbias + j + v * N) : hn::Zero(d);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = dy + r * cols + j;
+    for (int v = 0; v < NV; ++v) acc[v] = hn::Add(acc[v], hn::LoadU(d, row + v * N));
+  }
+  for (int v = 0; v < NV; ++v) hn::StoreU(acc[v], d, dbias + j + v * N);
+}
+
 void BiasBackward(const float* dy, float* dbias, int64_t rows, int64_t cols, Slice s,
                   bool accumulate) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   // Whole vectors per slice: only the last slice has a partial vector.
   const auto [c0, c1] = slice_range_grain(cols, N, s);
-  // Up to kBlock whole vectors of columns per pass over the rows: independent add chains
-  // (one per vector) and whole cache lines per row. Each column is still summed over the
-  // rows in order, starting from 0 or dbias, whatever the blocking or slicing.
-  constexpr int kBlock = 8;
+  // Up to 8 whole vectors of columns per pass over the rows: independent add chains (one
+  // per vector) and whole cache lines per row. Each column is still summed over the rows in
+  // order, starting from 0 or dbias, whatever the blocking or slicing.
   int64_t j = c0;
-  for (; j + N <= c1;) {
-    const int64_t nv = std::min<int64_t>(kBlock, (c1 - j) / N);
-    hn::Vec<DF> acc[kBlock];
-    for (int v = 0; v < kBlock; ++v)
-      acc[v] = v < nv && accumulate ? hn::LoadU(d, dbias + j + v * N) : hn::Zero(d);
-    if (nv == kBlock) {
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* row = dy + r * cols + j;
-        for (int v = 0; v < kBlock; ++v) acc[v] = hn::Add(acc[v], hn::LoadU(d, row + v * N));
-      }
-    } else {
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* row = dy + r * cols + j;
-        for (int v = 0; v < nv; ++v) acc[v] = hn::Add(acc[v], hn::LoadU(d, row + v * N));
-      }
+  while (c1 - j >= N) {
+    const int64_t nv = std::min<int64_t>(8, (c1 - j) / N);
+    switch (nv) {
+      case 8: BiasColumns<8>(d, dy, dbias, rows, cols, j, accumulate); break;
+      case 7: BiasColumns<7>(d, dy, dbias, rows, cols, j, accumulate); break;
+      case 6: BiasColumns<6>(d, dy, dbias, rows, cols, j, accumulate); break;
+      case 5: BiasColumns<5>(d, dy, dbias, rows, cols, j, accumulate); break;
+      case 4: BiasColumns<4>(d, dy, dbias, rows, cols, j, accumulate); break;
+      case 3: BiasColumns<3>(d, dy, dbias, rows, cols, j, accumulate); break;
+      case 2: BiasColumns<2>(d, dy, dbias, rows, cols, j, accumulate); break;
+      default: BiasColumns<1>(d, dy, dbias, rows, cols, j, accumulate); break;
     }
-    for (int v = 0; v < nv; ++v) hn::StoreU(acc[v], d, dbias + j + v * N);
     j += nv * N;
   }
   if (j < c1) {
     const size_t m = static_cast<size_t>(c1 - j);
-    auto acc = accumulate ? LoadUpTo(d, dbias + j, m) : hn::Zero(d);
-    for (int64_t r = 0; r < rows; ++r) acc = hn::Add(acc, LoadUpTo(d, dy + r * cols + j, m));
-    StoreTail(d, acc, dbias + j, m);
+    if (c1 >= N) {
+      // The vector ending at c1 (its first lanes are earlier columns, summed the same way
+      // and not stored): whole loads instead of a partial copy per row.
+      const int64_t jv = c1 - N;
+      HWY_ALIGN float buf[hn::MaxLanes(d)] = {};
+      // dbias before j may be another slice's, being written: only this slice's lanes.
+      if (accumulate)
+        for (size_t i = 0; i < m; ++i) buf[N - m + i] = dbias[j + static_cast<int64_t>(i)];
+      auto acc = hn::Load(d, buf);
+      for (int64_t r = 0; r < rows; ++r) acc = hn::Add(acc, hn::LoadU(d, dy + r * cols + jv));
+      hn::Store(acc, d, buf);
+      for (size_t i = 0; i < m; ++i) dbias[j + static_cast<int64_t>(i)] = buf[N - m + i];
+    } else {
+      auto acc = accumulate ? LoadUpTo(d, dbias + j, m) : hn::Zero(d);
+      for (int64_t r = 0; r < rows; ++r) acc = hn::Add(acc, LoadUpTo(d, dy + r * cols + j, m));
+      StoreTail(d, acc, dbias + j, m);
+    }
   }
 }
 
