@@ -93,6 +93,7 @@ void BM_TrainStep(benchmark::State& state, std::string task, int threads, int64_
     ex.train_step(&adam);
   }
   int b = 0;
+  const int64_t steps0 = ex.training_steps(), parallel0 = ex.parallel_training_steps();
   for (auto _ : state) {
     // Copying the inputs in is part of a real step (a few hundred bytes).
     std::memcpy(in_ids, ids[b].data(), n * 4);
@@ -107,7 +108,10 @@ void BM_TrainStep(benchmark::State& state, std::string task, int threads, int64_
       benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
   state.counters["batch"] = static_cast<double>(batch);
   state.counters["threads"] = threads;
-  state.counters["threads_in_use"] = ex.threads_in_use();
+  // Share of the timed steps the (adaptive) executor ran on more than one thread.
+  const int64_t timed = ex.training_steps() - steps0;
+  state.counters["parallel_share"] =
+      timed > 0 ? static_cast<double>(ex.parallel_training_steps() - parallel0) / timed : 0.0;
   state.counters["loss"] = loss;
   std::ostringstream label;
   label << task << " batch " << batch << " threads " << threads;

@@ -202,7 +202,13 @@ void Executor::record_training_step(int threads, double seconds) {
   // Sums, not minima: on a busy machine parallel runs vary most, and the best of a few
   // would favour them; the mean is what a long run will see.
   (threads == 1 ? best_serial_ : best_parallel_) += seconds;
-  if (--probe_runs_left_ > 0) return;
+  // Runs alternate, parallel first. After each pair, parallel runs clearly slower end the
+  // probe: on a machine busy with other work a parallel step of a small model can take
+  // several times a serial one (a barrier waits for a descheduled thread), and the full
+  // 4 + 4 runs of every probe made 2 threads 10-17% slower than 1 on the lesson models.
+  if (--probe_runs_left_ > 0 && !(probe_runs_left_ % 2 == 0 && best_parallel_ > 1.25 * best_serial_))
+    return;
+  probe_runs_left_ = 0;
   const bool parallel = best_parallel_ < 0.95 * best_serial_;
   probe_interval_ = parallel == parallel_ ? std::min<int64_t>(probe_interval_ * 2, 8192) : 64;
   parallel_ = parallel;
@@ -217,6 +223,8 @@ void Executor::train_step(Adam* optimizer) {
   validate_inputs();
   if (optimizer) optimizer->begin_step();
   const int threads = threads_for_training_step();
+  ++training_steps_;
+  parallel_training_steps_ += threads > 1;
   const auto start = std::chrono::steady_clock::now();
   run_nodes(0, graph_.nodes().size(), optimizer, threads);
   record_training_step(threads, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

@@ -94,6 +94,13 @@ class Executor final : public RunContext {
  public:
   // Barriers a training step runs with more than one thread (for benchmarks and tests).
   int64_t barriers_per_step() const;
+  // Training steps run so far, and how many of them ran on more than one thread (the
+  // adaptive probes' and the parallel verdicts' steps).
+  int64_t training_steps() const { return training_steps_; }
+  int64_t parallel_training_steps() const { return parallel_training_steps_; }
+
+ private:
+  int64_t training_steps_ = 0, parallel_training_steps_ = 0;
 };
 
 }  // namespace attnkit
