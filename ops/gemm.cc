@@ -180,7 +180,7 @@ int64_t dynamic_task_rows(int64_t m, int threads) {
 // tasks repacked them per task and per chunk (the compute-bound model's 2-thread step was
 // 8% slower with them).
 bool dynamic_product(const GemmArgs& g, Slice s) {
-  if (gemm_detail::use_packed_path(g.m, g.n, g.k)) return false;
+  if (gemm_detail::use_packed_path(g.m, g.n, g.k, g.trans_b)) return false;
   if (g.m < g.n || g.m < 4 * gemm_detail::kMR * s.count) return false;
   HWY_DYNAMIC_DISPATCH(GemmRowsDynamicTarget)(g, &s.tasks->next, dynamic_task_rows(g.m, s.count));
   return true;
@@ -205,7 +205,7 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
     sgemm_slice(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, Slice{});
     return;
   }
-  if (k > 0 && alpha != 0.0f && gemm_detail::use_packed_path(m, n, k)) {
+  if (k > 0 && alpha != 0.0f && gemm_detail::use_packed_path(m, n, k, trans_b)) {
     // Packed path: blocks of C handed out to the threads as they go (see GemmPackedDynamic).
     const GemmArgs g{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
     std::atomic<int64_t> next{0};
