@@ -2,7 +2,10 @@
 // This file runs the subcommand the command line names (tools/cli_parser.cc parses it, CLI11)
 // and maps errors to exit codes: 0 success, 1 runtime error (one "error: …" line on stderr),
 // 2 usage error.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 
@@ -17,6 +20,16 @@ int usage_error(const std::string& message) {
   std::fprintf(stderr, "usage error: %s\nRun 'attnkit --help' (or 'attnkit SUBCOMMAND --help') for usage.\n",
                message.c_str());
   return 2;
+}
+
+// With more than one thread, idle OpenMP workers should sleep rather than spin: on a machine
+// whose cores are shared, libgomp's default spinning between runs takes the core another
+// thread needs and makes 2 threads slower than 1. libgomp reads OMP_WAIT_POLICY once, when it
+// loads, so the program sets it and starts itself again (once; a user's own setting wins).
+void prefer_passive_openmp(int threads, char** argv) {
+  if (threads <= 1 || std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  ::execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
 }
 
 }  // namespace
@@ -35,6 +48,9 @@ int main(int argc, char** argv) {
   }
 
   const ParsedArgs& a = command_line.args();
+  if (a.command == Command::kTrain) prefer_passive_openmp(a.train.threads, argv);
+  if (a.command == Command::kEval) prefer_passive_openmp(a.eval.threads, argv);
+  if (a.command == Command::kInfer) prefer_passive_openmp(a.infer.threads, argv);
   try {
     switch (a.command) {
       case Command::kTrain: return run_train(a.train);
