@@ -216,6 +216,45 @@ TEST_CASE("sgemm_slice results are bitwise independent of the slice count", "[ge
   }
 }
 
+// The engine's dynamic slices: all slices of a call share a task counter and take row blocks
+// from it in whatever order the threads come; every value must come out bitwise as with one
+// static slice, whoever computed it.
+std::vector<float> run_dynamic_slices(const Problem& p, const float* bias, int count, bool threads) {
+  std::vector<float> c = p.c;
+  attnkit::TaskCounter counters[attnkit::kNodeTaskCounters];
+  auto one = [&](int s) {
+    attnkit::sgemm_bias_slice(p.ta, p.tb, p.m, p.n, p.k, p.alpha, p.a.data(), p.lda, p.b.data(), p.ldb, p.beta,
+                              c.data(), p.ldc, bias, Slice{s, count, counters});
+  };
+  if (threads) {
+#pragma omp parallel num_threads(count)
+    one(omp_get_thread_num() % count);  // fewer threads than asked: the counter still covers all
+  } else {
+    for (int s = 0; s < count; ++s) one(s);  // slice 0 takes every task, the others find none
+  }
+  return c;
+}
+
+TEST_CASE("dynamic slices (a shared task counter) give bitwise the static result", "[gemm]") {
+  const std::vector<Shape> shapes = {{640, 96, 32}, {640, 32, 32}, {640, 10, 128}, {1000, 64, 32},
+                                     {333, 17, 45},  {256, 32, 10}, {100, 100, 20}, {40, 300, 16}};
+  std::vector<float> bias(300);
+  for (size_t j = 0; j < bias.size(); ++j) bias[j] = 0.01f * static_cast<float>(j) - 1.0f;
+  for (int trans = 0; trans < 4; ++trans)
+    for (const Shape& sh : shapes)
+      for (const float* b : {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
+        const Problem p = make_problem(trans & 1, trans & 2, sh.m, sh.n, sh.k, 1.0f, 0.0f, 3, 11);
+        std::vector<float> ref = p.c;
+        attnkit::sgemm_bias_slice(p.ta, p.tb, p.m, p.n, p.k, p.alpha, p.a.data(), p.lda, p.b.data(), p.ldb, p.beta,
+                                  ref.data(), p.ldc, b, Slice{0, 1});
+        INFO("trans=" << trans << " m=" << sh.m << " n=" << sh.n << " k=" << sh.k << " bias=" << (b != nullptr));
+        for (int count : {2, 3}) {
+          REQUIRE(bitwise_equal(ref, run_dynamic_slices(p, b, count, false)));
+          REQUIRE(bitwise_equal(ref, run_dynamic_slices(p, b, count, true)));
+        }
+      }
+}
+
 TEST_CASE("sgemm_bias_slice adds the bias on every SIMD target, whatever the slice count",
           "[gemm]") {
   const std::vector<int64_t> sizes = {1, 2, 7, 9, 13, 33};
