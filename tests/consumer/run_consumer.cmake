@@ -11,8 +11,12 @@ endfunction()
 run(${CMAKE_COMMAND} --install ${ATTNKIT_BUILD_DIR} --prefix ${prefix} --config ${CONFIG})
 
 # 1. CMake package: find_package(attnkit CONFIG) -> attnkit::attnkit
+# CONSUMER_CXX / CONSUMER_FLAGS: the library's compiler, and its sanitizer flags in the
+# sanitize preset (an instrumented library links only with the same sanitizer runtime).
+separate_arguments(consumer_flags UNIX_COMMAND "${CONSUMER_FLAGS}")
 run(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${WORK_DIR}/cmake_build
-    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${CONSUMER_CXX}
+    "-DCMAKE_CXX_FLAGS=${CONSUMER_FLAGS}" "-DCMAKE_EXE_LINKER_FLAGS=${CONSUMER_FLAGS}")
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/cmake_build)
 run(${WORK_DIR}/cmake_build/train_neighbor_sum)
 
@@ -26,5 +30,5 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "pkg-config cannot find attnkit in ${pc_dir}")
 endif()
 separate_arguments(flags UNIX_COMMAND "${flags}")
-run(c++ -std=c++17 -O2 ${CONSUMER_SOURCE_DIR}/train_neighbor_sum.cc -o ${WORK_DIR}/consumer_pc ${flags})
+run(${CONSUMER_CXX} -std=c++17 -O2 ${consumer_flags} ${CONSUMER_SOURCE_DIR}/train_neighbor_sum.cc -o ${WORK_DIR}/consumer_pc ${flags})
 run(${WORK_DIR}/consumer_pc)
