@@ -120,7 +120,8 @@ void Executor::set_threads(int threads) {
 
 void Executor::init_parameters(uint64_t seed) {
   Rng rng(seed);
-  std::memset(params_.data(), 0, static_cast<size_t>(params_.size()));
+  if (params_.size() > 0)  // a graph without parameters has no block (memset of null is UB)
+    std::memset(params_.data(), 0, static_cast<size_t>(params_.size()));
   for (const ParamInfo& p : graph_.params()) {
     float* w = params_.f32() + p.offset;
     for (int64_t i = 0; i < p.numel; ++i) {
