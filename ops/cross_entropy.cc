@@ -51,53 +51,6 @@ HWY_INLINE RowStats ComputeRowStats(const float* row, int64_t classes) {
 // the slice count.
 inline constexpr int64_t kShortClasses = 32;
 
-#if HWY_TARGET == HWY_AVX2
-// dst[c·ldd + i] = src[i·lds + c] for an 8 × 8 block, in registers. Gathers are slow on AMD;
-// full blocks of 8 rows with at least 8 classes move through these instead.
-HWY_INLINE void Transpose8x8(const float* HWY_RESTRICT src, int64_t lds, float* HWY_RESTRICT dst,
-                             int64_t ldd) {
-  const DF d;
-  const hn::Repartition<double, DF> dd;
-  hn::Vec<DF> r[8], t[8], u[8];
-  for (int i = 0; i < 8; ++i) r[i] = hn::LoadU(d, src + i * lds);
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = hn::InterleaveLower(d, r[i], r[i + 1]);
-    t[i + 1] = hn::InterleaveUpper(d, r[i], r[i + 1]);
-  }
-  for (int h = 0; h < 8; h += 4) {
-    for (int i = 0; i < 2; ++i) {
-      const auto a = hn::BitCast(dd, t[h + i]), b = hn::BitCast(dd, t[h + 2 + i]);
-      u[h + 2 * i] = hn::BitCast(d, hn::InterleaveLower(dd, a, b));
-      u[h + 2 * i + 1] = hn::BitCast(d, hn::InterleaveUpper(dd, a, b));
-    }
-  }
-  for (int c = 0; c < 4; ++c) {
-    hn::StoreU(hn::ConcatLowerLower(d, u[4 + c], u[c]), d, dst + c * ldd);
-    hn::StoreU(hn::ConcatUpperUpper(d, u[4 + c], u[c]), d, dst + (c + 4) * ldd);
-  }
-}
-
-// Columns [0, cols) (cols >= 8) of an 8-row block: dst[j·ldd + l] = src[l·lds + j]. A ragged
-// last block of columns overlaps the one before it and rewrites the same values.
-HWY_INLINE void TransposeRows8(const float* HWY_RESTRICT src, int64_t lds, int64_t cols,
-                               float* HWY_RESTRICT dst, int64_t ldd) {
-  for (int64_t j = 0;; j += 8) {
-    j = std::min(j, cols - 8);
-    Transpose8x8(src + j, lds, dst + j * ldd, ldd);
-    if (j + 8 >= cols) break;
-  }
-}
-// The inverse: dst[l·ldd + j] = src[j·lds + l].
-HWY_INLINE void TransposeBack8(const float* HWY_RESTRICT src, int64_t lds, int64_t cols,
-                               float* HWY_RESTRICT dst, int64_t ldd) {
-  for (int64_t j = 0;; j += 8) {
-    j = std::min(j, cols - 8);
-    Transpose8x8(src + j * lds, lds, dst + j, ldd);
-    if (j + 8 >= cols) break;
-  }
-}
-#endif
-
 class ShortRows {
  public:
   using D = DF;
@@ -132,7 +85,7 @@ class ShortRows {
     auto vmax = hn::Set(d, -HUGE_VALF);
 #if HWY_TARGET == HWY_AVX2
     if (Transposable()) {
-      TransposeRows8(base, classes_, classes_, t_, N_);
+      TransposeRowsToLanes8(base, classes_, classes_, t_, N_);
       for (int64_t j = 0; j < classes_; ++j) vmax = hn::Max(vmax, hn::Load(d, t_ + j * N_));
       return vmax;
     }
@@ -170,12 +123,12 @@ class ShortRows {
     if (Transposable()) {
       if (accumulate) {
         HWY_ALIGN float old[kShortClasses * kMaxN];
-        TransposeRows8(ob, classes_, classes_, old, N_);
+        TransposeRowsToLanes8(ob, classes_, classes_, old, N_);
         for (int64_t j = 0; j < classes_; ++j) {
           hn::Store(hn::Add(hn::Load(d, old + j * N_), hn::Load(d, t_ + j * N_)), d, t_ + j * N_);
         }
       }
-      TransposeBack8(t_, N_, classes_, ob, classes_);
+      TransposeLanesToRows8(t_, N_, classes_, ob, classes_);
       return;
     }
 #endif
