@@ -2,7 +2,7 @@
 // Executor::train_step) at each lesson's batch size, 1 and 2 threads.
 //
 //   bench_train_step [--batch=N] [--models=neighbor-sum,duplicates,reversal,reversal-large]
-//                    [--threads=1,2] [--adaptive=0|1]
+//                    [--threads=1,2] [--adaptive=0|1] [--profile=STEPS]
 //                    [Google Benchmark flags, e.g. --benchmark_min_time=0.5]
 //
 // The default models are the three lessons and "reversal-large", issue 4's compute-bound
@@ -10,8 +10,10 @@
 // with hidden 4D, batch 32, Adam lr 1e-3, target = the reversed sequence; ~0.1-0.5 s a step).
 // --batch overrides every model's batch (64 / 64 / 32 / 32). --adaptive=0 turns off the
 // executor's adaptive thread use (ExecutorOptions::adaptive_threads), so that N threads are
-// really N threads every step. Token batches (with the
-// task's true targets) are generated before timing; a few distinct batches are cycled.
+// really N threads every step. --profile=STEPS runs that many steps of each model with the
+// executor's per-node timing on and prints the slowest nodes instead of benchmarking.
+// Token batches (with the task's true targets) are generated before timing; a few distinct
+// batches are cycled.
 // Reports items_per_second = steps/s and the counter "steps/s".
 #include <benchmark/benchmark.h>
 
@@ -61,46 +63,57 @@ void targets_for(const ModelConfig& c, const int32_t* x, int32_t* y) {
 constexpr int kDistinctBatches = 4;
 bool g_adaptive = true;
 
-void BM_TrainStep(benchmark::State& state, std::string task, int threads, int64_t batch) {
-  const ModelConfig c = lesson_config(task);
-  Model m = build_model(c, batch);
-  ExecutorOptions options;
-  options.threads = threads;
-  options.seed = 1;
-  options.adaptive_threads = g_adaptive;
-  Executor ex(*m.graph, options);
-  Adam adam(ex.param_count(), {lesson_lr(task)});
-  ex.set_batch(batch);
-
-  std::mt19937 rng(12345);
-  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab - 1));
-  const size_t n = static_cast<size_t>(batch * c.seq_len);
-  std::vector<std::vector<int32_t>> ids(kDistinctBatches, std::vector<int32_t>(n));
-  std::vector<std::vector<int32_t>> tgt(kDistinctBatches, std::vector<int32_t>(n));
-  for (int b = 0; b < kDistinctBatches; ++b) {
-    for (auto& x : ids[b]) x = tok(rng);
-    for (int64_t r = 0; r < batch; ++r)
-      targets_for(c, ids[b].data() + r * c.seq_len, tgt[b].data() + r * c.seq_len);
-  }
-  int32_t* in_ids = ex.i32(m.ids.id());
-  int32_t* in_tgt = ex.i32(m.targets.id());
-
-  // Warm-up: thread pool, first touch, and the adaptive executor's first probe (8 steps
-  // alternating 2 and 1 threads), which would otherwise fall into the timed steps.
-  for (int i = 0; i < 9; ++i) {
-    std::memcpy(in_ids, ids[i % kDistinctBatches].data(), n * 4);
-    std::memcpy(in_tgt, tgt[i % kDistinctBatches].data(), n * 4);
-    ex.train_step(&adam);
-  }
+// One lesson model ready to train: its executor, Adam, and a few token batches to cycle.
+struct StepRunner {
+  ModelConfig c;
+  Model m;
+  std::unique_ptr<Executor> ex;
+  std::unique_ptr<Adam> adam;
+  std::vector<std::vector<int32_t>> ids, tgt;
+  size_t n = 0;
   int b = 0;
+
+  StepRunner(const std::string& task, int threads, int64_t batch)
+      : c(lesson_config(task)), m(build_model(c, batch)) {
+    ExecutorOptions options;
+    options.threads = threads;
+    options.seed = 1;
+    options.adaptive_threads = g_adaptive;
+    ex = std::make_unique<Executor>(*m.graph, options);
+    adam = std::make_unique<Adam>(ex->param_count(), AdamOptions{lesson_lr(task)});
+    ex->set_batch(batch);
+    std::mt19937 rng(12345);
+    std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab - 1));
+    n = static_cast<size_t>(batch * c.seq_len);
+    ids.assign(kDistinctBatches, std::vector<int32_t>(n));
+    tgt.assign(kDistinctBatches, std::vector<int32_t>(n));
+    for (int k = 0; k < kDistinctBatches; ++k) {
+      for (auto& x : ids[k]) x = tok(rng);
+      for (int64_t r = 0; r < batch; ++r)
+        targets_for(c, ids[k].data() + r * c.seq_len, tgt[k].data() + r * c.seq_len);
+    }
+    // Warm-up: thread pool, first touch, and the adaptive executor's first probe (8 steps
+    // alternating 2 and 1 threads), which would otherwise fall into the timed steps.
+    for (int i = 0; i < 9; ++i) step();
+  }
+
+  void step() {
+    // Copying the inputs in is part of a real step (a few hundred bytes).
+    std::memcpy(ex->i32(m.ids.id()), ids[b].data(), n * 4);
+    std::memcpy(ex->i32(m.targets.id()), tgt[b].data(), n * 4);
+    ex->train_step(adam.get());
+    b = (b + 1) % kDistinctBatches;
+  }
+};
+
+void BM_TrainStep(benchmark::State& state, std::string task, int threads, int64_t batch) {
+  StepRunner run(task, threads, batch);
+  Executor& ex = *run.ex;
+  const Model& m = run.m;
   const int64_t steps0 = ex.training_steps(), parallel0 = ex.parallel_training_steps();
   for (auto _ : state) {
-    // Copying the inputs in is part of a real step (a few hundred bytes).
-    std::memcpy(in_ids, ids[b].data(), n * 4);
-    std::memcpy(in_tgt, tgt[b].data(), n * 4);
-    ex.train_step(&adam);
+    run.step();
     benchmark::DoNotOptimize(ex.f32(m.loss.id())[0]);
-    b = (b + 1) % kDistinctBatches;
   }
   const float loss = ex.f32(m.loss.id())[0];
   state.SetItemsProcessed(state.iterations());
@@ -144,6 +157,7 @@ int main(int argc, char** argv) {
   int64_t batch_override = 0;
   std::vector<std::string> models = {"neighbor-sum", "duplicates", "reversal", "reversal-large"};
   std::vector<int> thread_counts = {1, 2};
+  int profile_steps = 0;
   for (int i = 1; i < argc;) {
     std::string v;
     if (take_flag(argc, argv, i, "--batch", &v)) {
@@ -154,6 +168,12 @@ int main(int argc, char** argv) {
       }
     } else if (take_flag(argc, argv, i, "--adaptive", &v)) {
       g_adaptive = v != "0";
+    } else if (take_flag(argc, argv, i, "--profile", &v)) {
+      profile_steps = std::atoi(v.c_str());
+      if (profile_steps <= 0) {
+        std::fprintf(stderr, "bench_train_step: --profile must be a positive number of steps\n");
+        return 2;
+      }
     } else if (take_flag(argc, argv, i, "--models", &v)) {
       models = split(v);
     } else if (take_flag(argc, argv, i, "--threads", &v)) {
@@ -172,6 +192,14 @@ int main(int argc, char** argv) {
     }
     const int64_t batch = batch_override > 0 ? batch_override : lesson_batch(task);
     for (int threads : thread_counts) {
+      if (profile_steps > 0) {  // per-node times instead of benchmarks
+        StepRunner run(task, threads, batch);
+        run.ex->set_profiling(true);
+        for (int k = 0; k < profile_steps; ++k) run.step();
+        std::printf("== %s, batch %lld, %d thread(s): ", task.c_str(), static_cast<long long>(batch), threads);
+        std::fputs(run.ex->profile_report().c_str(), stdout);
+        continue;
+      }
       const std::string name = "BM_TrainStep/" + task + "/threads:" + std::to_string(threads) +
                                "/batch:" + std::to_string(batch);
       benchmark::RegisterBenchmark(name.c_str(), BM_TrainStep, task, threads, batch)
@@ -179,6 +207,7 @@ int main(int argc, char** argv) {
           ->UseRealTime();
     }
   }
+  if (profile_steps > 0) return 0;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include <cstdio>
 #include <cstring>
 
 #include "engine/barrier.h"
@@ -237,7 +238,17 @@ void Executor::run_nodes(size_t begin, size_t end, Adam* optimizer, int threads)
   const bool zero_grads = end > backward_from;
   SpinBarrier* barrier_ptr = nullptr;
   TaskCounter* counters = task_counters_.get();
+  const bool profile = profiling_;
+  if (profile) ++profiled_runs_;
+  double* node_seconds = node_seconds_.data();
   auto body = [&](Slice s) {
+    const bool timing = profile && s.index == 0;
+    auto t0 = timing ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    auto lap = [&](size_t node) {  // charge the time since the last lap to `node`
+      const auto t1 = std::chrono::steady_clock::now();
+      node_seconds[node] += std::chrono::duration<double>(t1 - t0).count();
+      t0 = t1;
+    };
     if (zero_grads) {  // parameter gradients accumulate: start each backward from zero
       auto [g0, g1] = slice_range(graph_.param_count(), s);
       if (g1 > g0) std::memset(grads_.f32() + g0, 0, static_cast<size_t>(g1 - g0) * 4);
@@ -246,10 +257,12 @@ void Executor::run_nodes(size_t begin, size_t end, Adam* optimizer, int threads)
       if (s.count > 1 && i > begin && barrier_before_[i]) barrier_ptr->wait();
       op_def(nodes[i].op).run(*this, nodes[i],
                               s.count > 1 ? Slice{s.index, s.count, counters + i * kNodeTaskCounters} : s);
+      if (timing) lap(i);
     }
     if (optimizer) {
       if (s.count > 1 && barrier_before_[nodes.size()]) barrier_ptr->wait();
       optimizer->update(params_.f32(), grads_.f32(), s);
+      if (timing) lap(nodes.size());
     }
   };
   if (threads == 1) {
@@ -268,6 +281,63 @@ void Executor::run_nodes(size_t begin, size_t end, Adam* optimizer, int threads)
       body(Slice{0, 1});
     }
   }
+}
+
+void Executor::set_profiling(bool on) {
+  profiling_ = on;
+  profiled_runs_ = 0;
+  node_seconds_.assign(on ? graph_.nodes().size() + 1 : 0, 0.0);
+}
+
+std::vector<Executor::NodeTime> Executor::node_times() const {
+  std::vector<NodeTime> out;
+  const auto& nodes = graph_.nodes();
+  for (size_t i = 0; i < node_seconds_.size(); ++i) {
+    NodeTime t;
+    t.node = i;
+    t.seconds = node_seconds_[i];
+    if (i == nodes.size()) {
+      t.what = "adam (all parameters)";
+    } else {
+      const Node& n = nodes[i];
+      // "linear_backward [64, 10, 32] <- [64, 10, 32] [32, 128] [64, 10, 128]  'grad(tok.weight…'"
+      t.what = op_def(n.op).name;
+      std::string name;
+      for (TensorId o : n.out)
+        if (o != kNoTensor) {
+          t.what += " " + graph_.tensor(o).shape.str();
+          name = graph_.tensor(o).name;
+          break;
+        }
+      t.what += " <-";
+      for (TensorId in : n.in)
+        if (in != kNoTensor) t.what += " " + graph_.tensor(in).shape.str();
+      if (name.size() > 48) name = name.substr(0, 45) + "...";
+      if (!name.empty()) t.what += "  '" + name + "'";
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::string Executor::profile_report(size_t max_lines) const {
+  std::vector<NodeTime> times = node_times();
+  double total = 0;
+  for (const NodeTime& t : times) total += t.seconds;
+  std::stable_sort(times.begin(), times.end(),
+                   [](const NodeTime& a, const NodeTime& b) { return a.seconds > b.seconds; });
+  const double runs = profiled_runs_ > 0 ? static_cast<double>(profiled_runs_) : 1.0;
+  std::string out;
+  char line[96];
+  std::snprintf(line, sizeof line, "%d runs, %.1f us per run; slowest nodes:\n", static_cast<int>(profiled_runs_),
+                total / runs * 1e6);
+  out += line;
+  for (size_t i = 0; i < times.size() && i < max_lines; ++i) {
+    std::snprintf(line, sizeof line, "%5.1f%% %9.1f us  #%-4zu ", total > 0 ? 100.0 * times[i].seconds / total : 0.0,
+                  times[i].seconds / runs * 1e6, times[i].node);
+    out += line + times[i].what + "\n";
+  }
+  return out;
 }
 
 }  // namespace attnkit

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "arena.h"
@@ -101,6 +102,31 @@ class Executor final : public RunContext {
 
  private:
   int64_t training_steps_ = 0, parallel_training_steps_ = 0;
+
+ public:
+  // Per-node time (for performance work): while profiling is on, thread 0 of each run
+  // timestamps every node; a node's time includes the barrier wait before the next one, so
+  // with several threads it shows load imbalance too. Off by default (then nothing is
+  // measured). Turning it on clears what was recorded.
+  void set_profiling(bool on);
+  bool profiling() const { return profiling_; }
+  struct NodeTime {
+    size_t node;           // index into graph().nodes(); nodes().size() = the optimizer update
+    std::string what;      // "linear_backward 'dy' [64, 10, 32]" style description
+    double seconds = 0;    // summed over the profiled runs
+  };
+  // Summed times of every node (and the gradient zeroing, as node index -1 folded into the
+  // first node, and the optimizer) over the runs since profiling was turned on.
+  std::vector<NodeTime> node_times() const;
+  int64_t profiled_runs() const { return profiled_runs_; }
+  // A table of node_times() by op and shapes, slowest first, with each line's share of the
+  // total and the time per run.
+  std::string profile_report(size_t max_lines = 40) const;
+
+ private:
+  bool profiling_ = false;
+  int64_t profiled_runs_ = 0;
+  std::vector<double> node_seconds_;  // nodes().size() + 1 entries
 };
 
 }  // namespace attnkit

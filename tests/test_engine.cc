@@ -1,3 +1,4 @@
+#include <algorithm>
 // The engine end to end on the lesson models: gradients against finite differences of a
 // double-precision reference, the memory plan, zero steady-state allocations, determinism,
 // smaller batches without re-planning.
@@ -218,6 +219,47 @@ TEST_CASE("adaptive thread use switches between thread counts without changing r
   const ModelConfig c = lesson_config("reversal");
   const auto serial = train_losses(c, 1, 300), adaptive = train_losses(c, 2, 300, true);
   REQUIRE(std::memcmp(serial.data(), adaptive.data(), serial.size() * 4) == 0);
+}
+
+TEST_CASE("per-node profiling times every node and the optimizer without changing results") {
+  const ModelConfig c = lesson_config("neighbor-sum");
+  for (int threads : {1, 2}) {
+    INFO(threads << " threads");
+    Model m = build_model(c, 16), plain = build_model(c, 16);
+    Executor ex(*m.graph, {threads, 2, false}), reference(*plain.graph, {threads, 2, false});
+    Adam adam(ex.param_count(), {0.01f}), adam_ref(reference.param_count(), {0.01f});
+    Rng rng(4);
+    std::vector<int32_t> ids, targets;
+    fill_batch(c, rng, 16, ids, targets);
+    load(ex, m, ids, targets);
+    load(reference, plain, ids, targets);
+    REQUIRE(ex.node_times().empty());  // off by default: nothing recorded
+    ex.set_profiling(true);
+    for (int i = 0; i < 3; ++i) {
+      ex.train_step(&adam);
+      reference.train_step(&adam_ref);
+    }
+    ex.forward();
+    reference.forward();
+    REQUIRE(ex.profiled_runs() == 4);
+    REQUIRE(ex.f32(m.loss.id())[0] == reference.f32(plain.loss.id())[0]);
+    const auto times = ex.node_times();
+    REQUIRE(times.size() == m.graph->nodes().size() + 1);
+    double total = 0;
+    for (const auto& t : times) {
+      REQUIRE(t.seconds >= 0);
+      total += t.seconds;
+    }
+    REQUIRE(total > 0);
+    REQUIRE(times.back().what.find("adam") != std::string::npos);
+    REQUIRE(times[0].what.rfind("embedding", 0) == 0);
+    const std::string report = ex.profile_report(5);
+    REQUIRE(report.find("4 runs") == 0);
+    REQUIRE(std::count(report.begin(), report.end(), '\n') == 6);  // title + 5 nodes
+    ex.set_profiling(false);
+    REQUIRE(ex.profiled_runs() == 0);
+    REQUIRE(ex.node_times().empty());
+  }
 }
 
 TEST_CASE("a smaller batch runs on the graph planned for a larger one") {
