@@ -1,10 +1,12 @@
 // Scaled dot-product attention over heads, fused: for each (batch, head) the scores
 // Q·Kᵀ go straight into the probabilities buffer, are softmaxed there (scale and mask
 // fused) and multiplied by V. Heads are column blocks of [B, T, H·dh] activations, so no
-// copies split or merge heads. The backward saves only the probabilities.
+// copies split or merge heads. The backward saves only the probabilities; for short
+// sequences (the lessons) it is one fused kernel per product (ops/attention.h).
 #include <algorithm>
 
 #include "engine/op_table.h"
+#include "ops/attention.h"
 #include "ops/gemm.h"
 #include "ops/softmax.h"
 
@@ -47,6 +49,13 @@ Dims dims_of(const RunContext& c, const Node& n) {
   const Shape qs = c.shape(n.in[0]), ks = c.shape(n.in[1]), vs = c.shape(n.in[2]);
   const int64_t h = n.attrs.heads;
   return {qs[0], h, qs[1], ks[1], qs[2], vs[2], qs[2] / h, vs[2] / h};
+}
+
+// For the fused short-sequence backward (ops/attention.h), which the backward node takes
+// when the dims fit it (the lessons' models), else the GEMM path below.
+AttentionDims short_dims(const Dims& m) { return {m.h, m.tq, m.tk, m.d, m.dv, m.dh, m.dvh}; }
+AttentionMasking masking(const RunContext& c, const Node& n, TensorId mask_id) {
+  return {n.attrs.scale, mask_id != kNoTensor ? c.u8(mask_id) : nullptr, n.attrs.causal};
 }
 
 // Softmax over the score rows of products [p0, p1) at once (they are contiguous in the
@@ -147,6 +156,9 @@ void attention_backward_products(const RunContext& c, const Node& n, int64_t p0,
   float* dq = n.out[0] != kNoTensor ? c.f32(n.out[0]) : nullptr;
   float* dk = n.out[1] != kNoTensor ? c.f32(n.out[1]) : nullptr;
   float* dv = n.out[2] != kNoTensor ? c.f32(n.out[2]) : nullptr;
+  if (attention_short_backward(q, k, v, probs, dy, dq, dk, dv, n.accumulates(0), n.accumulates(1),
+                               n.accumulates(2), short_dims(m), masking(c, n, n.in[5]), p0, p1))
+    return;
   const int64_t tt = m.tq * m.tk;
   // In the forward pass y = P·V: dP = dy·Vᵀ and dV = Pᵀ·dy.
   for (int64_t p = p0; p < p1; ++p) {

@@ -1,0 +1,216 @@
+// Fused short-sequence attention backward (see attention.h). Keys are rows and queries are
+// lanes (dPᵀ, Pᵀ, dSᵀ are [tk, tq padded to whole vectors]), so the softmax backward's sums
+// over keys are vertical, Lanes queries at a time, with no cross-lane reductions. The five
+// products are one register-blocked primitive, RowsTimesMatrix (R output rows × V vectors of
+// accumulators, one broadcast coefficient times one matrix row per step), with different
+// strides:
+//   dPᵀ = V·dyᵀ   rows = keys,    coefficients = v rows,     matrix = dyᵀ (transposed here)
+//   dQ = dS·K     rows = queries, coefficients = dSᵀ columns, matrix = k rows
+//   dK = dSᵀ·Q    rows = keys,    coefficients = dSᵀ rows,    matrix = q rows
+//   dV = Pᵀ·dy    rows = keys,    coefficients = Pᵀ rows,     matrix = dy rows
+// Rows are computed R at a time for independent FMA chains; each row's accumulation runs over
+// the same sequence of operations for any R, so results do not depend on the blocking.
+// (A forward kernel built the same way was tried and dropped: its softmax over padded query
+// lanes and the transposes cost more than the GEMM path's scores and softmax, which vectorizes
+// short rows across all products without padding.)
+#include "ops/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "ops/softmax.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/attention.cc"
+#include "hwy/foreach_target.h"  // before highway.h
+#include "hwy/highway.h"
+#include "ops/ops_simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnkit {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+
+constexpr int64_t kMaxKeys = 16;     // tk
+constexpr int64_t kMaxQueries = 64;  // tq
+constexpr int64_t kMaxVectors = 8;   // dh / Lanes and dvh / Lanes
+constexpr size_t kMaxLanes = hn::MaxLanes(DF());
+constexpr int64_t kMaxHeadDim = kMaxVectors * static_cast<int64_t>(kMaxLanes);
+
+// out[r·ldo + v·N + lane] (+)= Σ_{l < len} coef[r·crs + l·cls] · mat[l·ms + v·N + lane]
+// for r < R, v < V.
+template <int R, int V>
+HWY_INLINE void RowsBlock(const float* HWY_RESTRICT coef, int64_t crs, int64_t cls, int64_t len,
+                          const float* HWY_RESTRICT mat, int64_t ms, float* HWY_RESTRICT out,
+                          int64_t ldo, bool add) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  hn::Vec<DF> acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = hn::Zero(d);
+  for (int64_t l = 0; l < len; ++l) {
+    hn::Vec<DF> row[V];
+    for (int v = 0; v < V; ++v) row[v] = hn::LoadU(d, mat + l * ms + v * N);
+    for (int r = 0; r < R; ++r) {
+      const auto c = hn::Set(d, coef[r * crs + l * cls]);
+      for (int v = 0; v < V; ++v) acc[r][v] = hn::MulAdd(c, row[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) {
+      float* o = out + r * ldo + v * N;
+      hn::StoreU(add ? hn::Add(hn::LoadU(d, o), acc[r][v]) : acc[r][v], d, o);
+    }
+}
+
+template <int V>
+HWY_INLINE void RowsOf(int64_t rows, const float* coef, int64_t crs, int64_t cls, int64_t len,
+                       const float* mat, int64_t ms, float* out, int64_t ldo, bool add) {
+  constexpr int R = V >= 8 ? 1 : 8 / V;  // about 8 accumulators
+  int64_t r = 0;
+  for (; r + R <= rows; r += R)
+    RowsBlock<R, V>(coef + r * crs, crs, cls, len, mat, ms, out + r * ldo, ldo, add);
+  for (; r < rows; ++r) RowsBlock<1, V>(coef + r * crs, crs, cls, len, mat, ms, out + r * ldo, ldo, add);
+}
+
+// `rows` rows of `vecs` (1..kMaxVectors) vectors each; see RowsBlock.
+static void RowsTimesMatrix(int64_t rows, int64_t vecs, const float* coef, int64_t crs, int64_t cls,
+                            int64_t len, const float* mat, int64_t ms, float* out, int64_t ldo,
+                            bool add) {
+  switch (vecs) {
+    case 1: return RowsOf<1>(rows, coef, crs, cls, len, mat, ms, out, ldo, add);
+    case 2: return RowsOf<2>(rows, coef, crs, cls, len, mat, ms, out, ldo, add);
+    case 3: return RowsOf<3>(rows, coef, crs, cls, len, mat, ms, out, ldo, add);
+    case 4: return RowsOf<4>(rows, coef, crs, cls, len, mat, ms, out, ldo, add);
+    case 5: return RowsOf<5>(rows, coef, crs, cls, len, mat, ms, out, ldo, add);
+    case 6: return RowsOf<6>(rows, coef, crs, cls, len, mat, ms, out, ldo, add);
+    case 7: return RowsOf<7>(rows, coef, crs, cls, len, mat, ms, out, ldo, add);
+    default: return RowsOf<8>(rows, coef, crs, cls, len, mat, ms, out, ldo, add);
+  }
+}
+
+// Per-CPU limits of the short path.
+static bool Fits(const AttentionDims& m) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  const int64_t tqp = (m.tq + N - 1) / N * N;
+  return m.tk >= 1 && m.tk <= kMaxKeys && m.tq >= 1 && m.tq <= kMaxQueries &&
+         tqp / N <= kMaxVectors && m.dh % N == 0 && m.dvh % N == 0 && m.dh >= N && m.dvh >= N &&
+         m.dh / N <= kMaxVectors && m.dvh / N <= kMaxVectors;
+}
+
+// dst[c·ldd + r] = src[r·lds + c] for r < rows, c < cols, and zeros for r in [rows, pad_to).
+// On AVX2 whole 8 × 8 blocks move through register shuffles (the scalar loop was a quarter
+// of the kernel's time).
+HWY_INLINE void TransposeTile(const float* HWY_RESTRICT src, int64_t lds, int64_t rows, int64_t cols,
+                          float* HWY_RESTRICT dst, int64_t ldd, int64_t pad_to) {
+  int64_t r8 = 0, c8 = 0;
+#if HWY_TARGET == HWY_AVX2
+  r8 = rows / 8 * 8, c8 = cols / 8 * 8;
+  for (int64_t r0 = 0; r0 < r8; r0 += 8)
+    for (int64_t c0 = 0; c0 < c8; c0 += 8) TransposeBlock8x8(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
+#endif
+  // Padding first: whole zero vectors over [pad_to − N, pad_to) when rows > pad_to − N (the
+  // usual case), rewritten below where they cover real rows.
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const bool vector_pad = pad_to > rows && pad_to % N == 0 && rows >= pad_to - N;
+  for (int64_t c = 0; c < cols; ++c) {
+    float* out = dst + c * ldd;
+    if (vector_pad) {
+      hn::StoreU(hn::Zero(d), d, out + pad_to - N);
+    } else {
+      for (int64_t r = rows; r < pad_to; ++r) out[r] = 0.0f;
+    }
+    for (int64_t r = c < c8 ? r8 : 0; r < rows; ++r) out[r] = src[r * lds + c];
+  }
+}
+
+// Forbidden scores of batch entry b transposed like the scores (keys are rows, queries are
+// lanes: [tk, tqp], non-zero = forbidden), or nullptr if none.
+static const uint8_t* TransposedMask(const AttentionDims& m, const AttentionMasking& mk, int64_t b,
+                                     int64_t tqp, uint8_t* HWY_RESTRICT buf) {
+  if (!mk.mask && !mk.causal) return nullptr;
+  const uint8_t* flags = mk.mask ? mk.mask + b * m.tq * m.tk : nullptr;
+  for (int64_t j = 0; j < m.tk; ++j) {
+    for (int64_t i = 0; i < m.tq; ++i)
+      buf[j * tqp + i] = static_cast<uint8_t>((mk.causal && j > i) || (flags && flags[i * m.tk + j]));
+    for (int64_t i = m.tq; i < tqp; ++i) buf[j * tqp + i] = 0;
+  }
+  return buf;
+}
+
+// Scratch of one call, on the stack.
+struct ShortScratch {
+  HWY_ALIGN float rows_t[kMaxHeadDim * kMaxQueries];  // dyᵀ of the head, [dvh, tqp]
+  HWY_ALIGN float st[kMaxKeys * kMaxQueries];         // dPᵀ, then dSᵀ, [tk, tqp]
+  HWY_ALIGN float pt[kMaxKeys * kMaxQueries];         // Pᵀ, [tk, tqp]
+  HWY_ALIGN uint8_t forbidden[kMaxKeys * kMaxQueries];
+};
+
+bool AttentionShortBackward(const float* q, const float* k, const float* v, const float* probs,
+                            const float* dy, float* dq, float* dk, float* dv, bool accumulate_q,
+                            bool accumulate_k, bool accumulate_v, const AttentionDims& m,
+                            const AttentionMasking& mk, int64_t p0, int64_t p1) {
+  if (!Fits(m)) return false;
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t tqp = (m.tq + N - 1) / N * N, tt = m.tq * m.tk;
+  const auto vscale = hn::Set(d, mk.scale);
+  ShortScratch x;
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t b = p / m.heads, h = p % m.heads;
+    const float* qp = q + b * m.tq * m.d + h * m.dh;
+    const float* kp = k + b * m.tk * m.d + h * m.dh;
+    const float* vp = v + b * m.tk * m.dv + h * m.dvh;
+    const float* dyp = dy + b * m.tq * m.dv + h * m.dvh;
+    // dPᵀ = V·dyᵀ; Pᵀ.
+    TransposeTile(dyp, m.dv, m.tq, m.dvh, x.rows_t, tqp, tqp);
+    RowsTimesMatrix(m.tk, tqp / N, vp, m.dv, 1, m.dvh, x.rows_t, tqp, x.st, tqp, false);
+    TransposeTile(probs + p * tt, m.tk, m.tq, m.tk, x.pt, tqp, tqp);
+    // dS = scale·P⊙(dP − Σ_j dP⊙P), 0 where forbidden (as softmax_backward), per query lane.
+    const uint8_t* forbidden = TransposedMask(m, mk, b, tqp, x.forbidden);
+    for (int64_t u = 0; u < tqp; u += N) {
+      auto vdot = hn::Zero(d);
+      for (int64_t j = 0; j < m.tk; ++j)
+        vdot = hn::MulAdd(hn::Load(d, x.st + j * tqp + u), hn::Load(d, x.pt + j * tqp + u), vdot);
+      for (int64_t j = 0; j < m.tk; ++j) {
+        float* ds = x.st + j * tqp + u;
+        auto g = hn::Mul(hn::Mul(hn::Load(d, x.pt + j * tqp + u), vscale), hn::Sub(hn::Load(d, ds), vdot));
+        if (forbidden) g = hn::IfThenZeroElse(LoadFlags(d, forbidden + j * tqp + u, static_cast<size_t>(N)), g);
+        hn::Store(g, d, ds);
+      }
+    }
+    // dQ = dS·K (coefficient (i, j) = st[j·tqp + i]), dK = dSᵀ·Q, dV = Pᵀ·dy.
+    if (dq)
+      RowsTimesMatrix(m.tq, m.dh / N, x.st, 1, tqp, m.tk, kp, m.d, dq + b * m.tq * m.d + h * m.dh,
+                      m.d, accumulate_q);
+    if (dk)
+      RowsTimesMatrix(m.tk, m.dh / N, x.st, tqp, 1, m.tq, qp, m.d, dk + b * m.tk * m.d + h * m.dh,
+                      m.d, accumulate_k);
+    if (dv)
+      RowsTimesMatrix(m.tk, m.dvh / N, x.pt, tqp, 1, m.tq, dyp, m.dv,
+                      dv + b * m.tk * m.dv + h * m.dvh, m.dv, accumulate_v);
+  }
+  return true;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace attnkit
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attnkit {
+HWY_EXPORT(AttentionShortBackward);
+
+bool attention_short_backward(const float* q, const float* k, const float* v, const float* probs,
+                              const float* dy, float* dq, float* dk, float* dv, bool accumulate_q,
+                              bool accumulate_k, bool accumulate_v, const AttentionDims& m,
+                              const AttentionMasking& mk, int64_t p0, int64_t p1) {
+  return HWY_DYNAMIC_DISPATCH(AttentionShortBackward)(q, k, v, probs, dy, dq, dk, dv, accumulate_q,
+                                                      accumulate_k, accumulate_v, m, mk, p0, p1);
+}
+}  // namespace attnkit
+#endif

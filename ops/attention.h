@@ -1,0 +1,39 @@
+// Fused attention backward for short sequences (the lessons' handful of tokens): for each
+// (batch, head) product, dP, the softmax backward and the products for dq, dk, dv stay in
+// registers and a few KB of stack, with no GEMM calls. On the lesson models the GEMM-per-
+// product path spent more time in call overhead and tiny-matrix edges than in arithmetic.
+//
+// Layout as in the attention op (engine/op_attention.cc): q, k are [B, T, d], v, dy are
+// [B, T, dv], heads are column blocks (head h of q is columns [h·dh, (h+1)·dh)), probabilities
+// are [B, H, Tq, Tk]. Product p = b·heads + h. Every product is computed by the same
+// operations whichever range or thread it falls in, so results do not depend on the split.
+#pragma once
+#include <cstdint>
+
+namespace attnkit {
+
+struct AttentionDims {
+  int64_t heads = 1, tq = 0, tk = 0;
+  int64_t d = 0, dv = 0;    // row widths of q/k and of v/y (all heads)
+  int64_t dh = 0, dvh = 0;  // per head: d / heads, dv / heads
+};
+
+// The forward's scale, and which of its scores were forbidden.
+struct AttentionMasking {
+  float scale = 1.0f;
+  const uint8_t* mask = nullptr;  // optional [B, tq, tk], non-zero = forbidden
+  bool causal = false;            // key j forbidden for query i when j > i
+};
+
+// Products [p0, p1) of the backward of probs = softmax(scale·Q·Kᵀ, forbidden scores := -1e9),
+// y = probs·V (softmax_forward of ops/softmax.h between two GEMMs), given probs and dy:
+// dq, dk, dv (each may be nullptr: not needed), each overwritten or, with its accumulate
+// flag, added to. Returns false, doing nothing, when the dims are outside what the short
+// path handles (tk > 16, tq > 64 or more than 8 vectors of this CPU, per-head dims that are
+// not 1 to 8 whole vectors); the caller then takes the general path.
+bool attention_short_backward(const float* q, const float* k, const float* v, const float* probs,
+                              const float* dy, float* dq, float* dk, float* dv, bool accumulate_q,
+                              bool accumulate_k, bool accumulate_v, const AttentionDims& m,
+                              const AttentionMasking& mk, int64_t p0, int64_t p1);
+
+}  // namespace attnkit

@@ -1,0 +1,202 @@
+// The fused short-sequence attention backward (ops/attention.h) against a double-precision
+// reference: dq/dk/dv (overwrite and accumulate, absent ones), masks (padding flags, causal, a
+// fully masked row), several head sizes, every SIMD target, and the limits where it hands the
+// work back to the general path.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "engine/rng.h"
+#include "hwy_targets.h"
+#include "ops/attention.h"
+#include "ops/softmax.h"
+
+namespace attnkit {
+namespace {
+
+struct Case {
+  int64_t b, h, tq, tk, dh, dvh;
+  int mask;  // 0 none, 1 padding flags (+ one fully masked row), 2 causal, 3 both
+};
+
+struct Data {
+  AttentionDims m;
+  std::vector<float> q, k, v, dy;
+  std::vector<uint8_t> mask;
+};
+
+Data make(const Case& c, Rng& rng) {
+  Data x;
+  x.m = {c.h, c.tq, c.tk, c.h * c.dh, c.h * c.dvh, c.dh, c.dvh};
+  auto fill = [&](std::vector<float>& a, int64_t n) {
+    a.resize(static_cast<size_t>(n));
+    for (auto& e : a) e = static_cast<float>(rng.normal());
+  };
+  fill(x.q, c.b * c.tq * x.m.d);
+  fill(x.k, c.b * c.tk * x.m.d);
+  fill(x.v, c.b * c.tk * x.m.dv);
+  fill(x.dy, c.b * c.tq * x.m.dv);
+  if (c.mask & 1) {
+    x.mask.resize(static_cast<size_t>(c.b * c.tq * c.tk));
+    for (int64_t b = 0; b < c.b; ++b)
+      for (int64_t i = 0; i < c.tq; ++i)
+        for (int64_t j = 0; j < c.tk; ++j)  // entry b pads its last b keys; entry 1 row 0 fully
+          x.mask[static_cast<size_t>((b * c.tq + i) * c.tk + j)] =
+              (j >= c.tk - b) || (b == 1 && i == 0) || rng.below(7) == 0;
+  }
+  return x;
+}
+
+struct Reference {
+  std::vector<double> probs, dq, dk, dv;
+};
+
+Reference reference(const Data& x, int64_t B, float scale, bool causal) {
+  const AttentionDims& m = x.m;
+  Reference r;
+  r.probs.assign(static_cast<size_t>(B * m.heads * m.tq * m.tk), 0);
+  r.dq.assign(static_cast<size_t>(B * m.tq * m.d), 0);
+  r.dk.assign(static_cast<size_t>(B * m.tk * m.d), 0);
+  r.dv.assign(static_cast<size_t>(B * m.tk * m.dv), 0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < m.heads; ++h) {
+      auto Q = [&](int64_t i, int64_t c) { return double(x.q[size_t((b * m.tq + i) * m.d + h * m.dh + c)]); };
+      auto K = [&](int64_t j, int64_t c) { return double(x.k[size_t((b * m.tk + j) * m.d + h * m.dh + c)]); };
+      auto V = [&](int64_t j, int64_t c) { return double(x.v[size_t((b * m.tk + j) * m.dv + h * m.dvh + c)]); };
+      auto DY = [&](int64_t i, int64_t c) { return double(x.dy[size_t((b * m.tq + i) * m.dv + h * m.dvh + c)]); };
+      auto forbidden = [&](int64_t i, int64_t j) {
+        return (causal && j > i) || (!x.mask.empty() && x.mask[size_t((b * m.tq + i) * m.tk + j)] != 0);
+      };
+      for (int64_t i = 0; i < m.tq; ++i) {
+        std::vector<double> z(size_t(m.tk)), p(size_t(m.tk)), dp(size_t(m.tk));
+        double mx = -1e300, sum = 0, dot = 0;
+        for (int64_t j = 0; j < m.tk; ++j) {
+          double s = 0;
+          for (int64_t c = 0; c < m.dh; ++c) s += Q(i, c) * K(j, c);
+          z[size_t(j)] = forbidden(i, j) ? double(kMaskedScore) : scale * s;
+          mx = std::max(mx, z[size_t(j)]);
+        }
+        for (int64_t j = 0; j < m.tk; ++j) sum += p[size_t(j)] = std::exp(z[size_t(j)] - mx);
+        for (int64_t j = 0; j < m.tk; ++j) {
+          p[size_t(j)] /= sum;
+          r.probs[size_t(((b * m.heads + h) * m.tq + i) * m.tk + j)] = p[size_t(j)];
+          for (int64_t c = 0; c < m.dvh; ++c) {
+            r.dv[size_t((b * m.tk + j) * m.dv + h * m.dvh + c)] += p[size_t(j)] * DY(i, c);
+            dp[size_t(j)] += DY(i, c) * V(j, c);
+          }
+          dot += dp[size_t(j)] * p[size_t(j)];
+        }
+        for (int64_t j = 0; j < m.tk; ++j) {
+          const double ds = forbidden(i, j) ? 0.0 : scale * p[size_t(j)] * (dp[size_t(j)] - dot);
+          for (int64_t c = 0; c < m.dh; ++c) {
+            r.dq[size_t((b * m.tq + i) * m.d + h * m.dh + c)] += ds * K(j, c);
+            r.dk[size_t((b * m.tk + j) * m.d + h * m.dh + c)] += ds * Q(i, c);
+          }
+        }
+      }
+    }
+  return r;
+}
+
+void require_close(const float* got, const std::vector<double>& want, const std::vector<float>& base,
+                   const char* what) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double w = want[i] + (base.empty() ? 0.0 : base[i]);
+    INFO(what << "[" << i << "]");
+    REQUIRE(std::abs(got[i] - w) <= 2e-5 + 2e-5 * std::abs(w));
+  }
+}
+
+// Float lanes of a Highway target's vectors.
+int64_t lanes_of(const std::string& target) {
+  if (target.find("AVX3") != std::string::npos) return 16;
+  if (target.find("SCALAR") != std::string::npos) return 1;
+  return target.find("AVX2") != std::string::npos ? 8 : 4;
+}
+
+TEST_CASE("short attention backward matches a double reference") {
+  test::for_each_simd_target([](const std::string& target) {
+    Rng rng(11);
+    const Case cases[] = {
+        {4, 2, 10, 10, 16, 16, 0},  // neighbor-sum's shape
+        {4, 1, 10, 10, 32, 32, 1},  // duplicates
+        {3, 1, 8, 8, 32, 32, 2},    // reversal, causal
+        {3, 2, 7, 13, 16, 32, 3},   // cross-attention, both masks, dv != d
+        {2, 1, 1, 1, 16, 16, 0},    // one token
+        {2, 4, 64, 16, 16, 16, 3},  // the largest sequences the short path takes
+        {3, 2, 9, 16, 32, 16, 1},
+        {2, 1, 5, 3, 64, 64, 2},    // 8 vectors of 8 floats per row on AVX2
+    };
+    for (const Case& c : cases) {
+      for (bool acc : {false, true}) {
+        INFO("b " << c.b << " h " << c.h << " tq " << c.tq << " tk " << c.tk << " dh " << c.dh
+                  << " dvh " << c.dvh << " mask " << c.mask << (acc ? " accumulate" : ""));
+        Data x = make(c, rng);
+        const bool causal = (c.mask & 2) != 0;
+        const float scale = 1.0f / std::sqrt(static_cast<float>(c.dh));
+        const AttentionMasking mk{scale, x.mask.empty() ? nullptr : x.mask.data(), causal};
+        const Reference want = reference(x, c.b, scale, causal);
+        // The forward's probabilities (the reference's, rounded to float).
+        std::vector<float> probs(want.probs.begin(), want.probs.end());
+        const int64_t products = c.b * c.h;
+        const int64_t n = lanes_of(target);
+        if (c.dh % n != 0 || c.dvh % n != 0 || c.dh / n > 8 || c.dvh / n > 8 || (c.tq + n - 1) / n > 8) {  // not for this CPU
+          std::vector<float> out(want.dq.size() + want.dk.size() + want.dv.size(), 5.0f);
+          REQUIRE_FALSE(attention_short_backward(x.q.data(), x.k.data(), x.v.data(), probs.data(),
+                                                 x.dy.data(), out.data(), nullptr, nullptr, false,
+                                                 false, false, x.m, mk, 0, products));
+          REQUIRE(out[0] == 5.0f);
+          continue;
+        }
+        // Accumulate: the gradients are added to what is there.
+        std::vector<float> base_q, base_k, base_v;
+        if (acc)
+          for (auto* v : {&base_q, &base_k, &base_v}) {
+            v->resize(v == &base_v ? want.dv.size() : v == &base_k ? want.dk.size() : want.dq.size());
+            for (auto& e : *v) e = static_cast<float>(rng.normal());
+          }
+        std::vector<float> dq = acc ? base_q : std::vector<float>(want.dq.size(), NAN);
+        std::vector<float> dk = acc ? base_k : std::vector<float>(want.dk.size(), NAN);
+        std::vector<float> dv = acc ? base_v : std::vector<float>(want.dv.size(), NAN);
+        // Two ranges of products: results must not depend on the split.
+        REQUIRE(attention_short_backward(x.q.data(), x.k.data(), x.v.data(), probs.data(), x.dy.data(),
+                                         dq.data(), dk.data(), dv.data(), acc, acc, acc, x.m, mk, 0,
+                                         products / 2));
+        REQUIRE(attention_short_backward(x.q.data(), x.k.data(), x.v.data(), probs.data(), x.dy.data(),
+                                         dq.data(), dk.data(), dv.data(), acc, acc, acc, x.m, mk,
+                                         products / 2, products));
+        require_close(dq.data(), want.dq, base_q, "dq");
+        require_close(dk.data(), want.dk, base_k, "dk");
+        require_close(dv.data(), want.dv, base_v, "dv");
+        // Absent gradients are skipped; the others come out bitwise the same.
+        std::vector<float> dk2(want.dk.size(), NAN);
+        if (acc) dk2 = base_k;
+        REQUIRE(attention_short_backward(x.q.data(), x.k.data(), x.v.data(), probs.data(), x.dy.data(),
+                                         nullptr, dk2.data(), nullptr, acc, acc, acc, x.m, mk, 0,
+                                         products));
+        REQUIRE(std::memcmp(dk2.data(), dk.data(), dk.size() * 4) == 0);
+      }
+    }
+  });
+}
+
+TEST_CASE("short attention hands sequences it does not fit back to the general path") {
+  std::vector<float> buf(1 << 16, 1.0f), out(1 << 16, -7.0f);
+  const AttentionMasking mk{0.25f, nullptr, false};
+  auto backward = [&](AttentionDims m) {
+    return attention_short_backward(buf.data(), buf.data(), buf.data(), buf.data(), buf.data(),
+                                    out.data(), out.data() + 20000, out.data() + 40000, false,
+                                    false, false, m, mk, 0, 1);
+  };
+  REQUIRE_FALSE(backward({1, 10, 17, 16, 16, 16, 16}));  // more than 16 keys
+  REQUIRE_FALSE(backward({1, 65, 10, 16, 16, 16, 16}));  // more than 64 queries
+  REQUIRE_FALSE(backward({2, 10, 10, 6, 6, 3, 3}));      // heads narrower than a vector
+  REQUIRE_FALSE(backward({1, 10, 10, 1024, 1024, 1024, 1024}));  // heads too wide
+  for (float x : out) REQUIRE(x == -7.0f);  // nothing written
+  REQUIRE(backward({1, 10, 10, 16, 16, 16, 16}));
+}
+
+}  // namespace
+}  // namespace attnkit
