@@ -197,7 +197,7 @@ int main(int argc, char** argv) {
         run.ex->set_profiling(true);
         for (int k = 0; k < profile_steps; ++k) run.step();
         std::printf("== %s, batch %lld, %d thread(s): ", task.c_str(), static_cast<long long>(batch), threads);
-        std::fputs(run.ex->profile_report().c_str(), stdout);
+        std::fputs(run.ex->profile_report(1000).c_str(), stdout);
         continue;
       }
       const std::string name = "BM_TrainStep/" + task + "/threads:" + std::to_string(threads) +

@@ -283,10 +283,11 @@ void Executor::run_nodes(size_t begin, size_t end, Adam* optimizer, int threads)
   }
 }
 
-void Executor::set_profiling(bool on) {
+void Executor::set_profiling(bool on, bool keep_record) {
   profiling_ = on;
+  if (!on || (keep_record && !node_seconds_.empty())) return;
   profiled_runs_ = 0;
-  node_seconds_.assign(on ? graph_.nodes().size() + 1 : 0, 0.0);
+  node_seconds_.assign(graph_.nodes().size() + 1, 0.0);
 }
 
 std::vector<Executor::NodeTime> Executor::node_times() const {

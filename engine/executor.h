@@ -107,8 +107,10 @@ class Executor final : public RunContext {
   // Per-node time (for performance work): while profiling is on, thread 0 of each run
   // timestamps every node; a node's time includes the barrier wait before the next one, so
   // with several threads it shows load imbalance too. Off by default (then nothing is
-  // measured). Turning it on clears what was recorded.
-  void set_profiling(bool on);
+  // measured). Turning it on starts a new record, or with keep_record continues the last one
+  // (e.g. to time only the training steps between evaluations); turning it off stops
+  // recording and keeps the record readable.
+  void set_profiling(bool on, bool keep_record = false);
   bool profiling() const { return profiling_; }
   struct NodeTime {
     size_t node;           // index into graph().nodes(); nodes().size() = the optimizer update

@@ -346,7 +346,11 @@ void Trainer::train(const std::function<void(const StepReport&)>& on_step,
       const int64_t start = batch_in_epoch_ * B;
       const auto t0 = Clock::now();
       runner_.load_batch(data_.train, perm.data() + start, std::min(B, N - start), true);
+      // The first step (thread start, first touch of the arena) is not part of a profile.
+      const bool profile = options_.profile && !losses_.empty();
+      if (profile) runner_.executor().set_profiling(true, /*keep_record=*/true);
       runner_.executor().train_step(adam_.get());
+      if (profile) runner_.executor().set_profiling(false);
       const float loss = runner_.executor().f32(runner_.model().loss.id())[0];
       if (options_.check_finite) check_finite(loss);
       seconds += std::chrono::duration<double>(Clock::now() - t0).count();

@@ -32,6 +32,9 @@ struct TrainerOptions {
   // After every step, look for NaN/Inf in the loss, the gradients and the updated parameters
   // and stop with a NumericError naming the step and the tensor (costs ~1% of a lesson step).
   bool check_finite = true;
+  // Time every node of the training steps (not the evaluations, nor the first step, which
+  // starts threads and touches memory first): executor().profile_report().
+  bool profile = false;
 };
 
 struct StepReport {

@@ -297,3 +297,24 @@ TEST_CASE("eight threads on a 2-core machine train to the same loss as one threa
   CHECK(losses[0].size() > 20);
   CHECK(losses[0] == losses[1]);
 }
+
+TEST_CASE("train --profile writes the per-node times of the training steps and changes no result") {
+  const fs::path dir = scratch("profile");
+  std::string losses[2];
+  for (int profile = 0; profile < 2; ++profile) {
+    const std::string run = (dir / std::to_string(profile)).string();
+    const Result r = attnkit("train neighbor-sum --epochs 1 --train-size 640 --no-pictures --out '" + run + "'" +
+                                 (profile ? " --profile" : ""), dir);
+    REQUIRE(r.code == 0);
+    losses[profile] = slurp(fs::path(run) / "loss.csv");
+    CHECK(fs::exists(fs::path(run) / "profile.txt") == (profile == 1));
+    CHECK((r.out.find("profile: 9 runs") != std::string::npos) == (profile == 1));
+  }
+  CHECK(losses[0] == losses[1]);
+  // 10 steps, the first (warm-up) not timed; every node and the optimizer, one per line.
+  const std::string text = slurp(dir / "1" / "profile.txt");
+  CHECK(text.find("(neighbor-sum, batch 64, 1 thread(s)): 9 runs") != std::string::npos);
+  CHECK(text.find("attention_backward [64, 10, 32]") != std::string::npos);
+  CHECK(text.find("adam (all parameters)") != std::string::npos);
+  CHECK(std::count(text.begin(), text.end(), '\n') == 1 + 27);  // title + 26 nodes + adam
+}

@@ -256,9 +256,18 @@ TEST_CASE("per-node profiling times every node and the optimizer without changin
     const std::string report = ex.profile_report(5);
     REQUIRE(report.find("4 runs") == 0);
     REQUIRE(std::count(report.begin(), report.end(), '\n') == 6);  // title + 5 nodes
+    // Off: the record stays; on with keep_record: it goes on; on: a new record.
     ex.set_profiling(false);
+    ex.train_step(&adam);
+    REQUIRE(ex.profiled_runs() == 4);
+    REQUIRE(ex.node_times()[0].seconds == times[0].seconds);
+    ex.set_profiling(true, true);
+    ex.train_step(&adam);
+    REQUIRE(ex.profiled_runs() == 5);
+    REQUIRE(ex.node_times()[0].seconds > times[0].seconds);
+    ex.set_profiling(true);
     REQUIRE(ex.profiled_runs() == 0);
-    REQUIRE(ex.node_times().empty());
+    REQUIRE(ex.node_times()[0].seconds == 0);
   }
 }
 

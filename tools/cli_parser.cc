@@ -135,6 +135,8 @@ CommandLine::CommandLine()
       ->check(integer_in(0, 1000000000));
   train_cmd->add_flag("--quiet", train.quiet, "Print nothing but errors");
   train_cmd->add_flag("--no-pictures", train.no_pictures, "Do not draw the PNG pictures and report.html");
+  train_cmd->add_flag("--profile", train.profile,
+                      "Time every op of the training steps: the slowest are printed, all in OUT/profile.txt");
 
   EvalArgs& eval = a.eval;
   CLI::App* eval_cmd = eval_ =

@@ -29,7 +29,7 @@ struct TrainArgs {
   float lr = 0;
   uint64_t seed = 0;
   int threads = 1;
-  bool causal = false, pre_norm = false, quiet = false, no_pictures = false;
+  bool causal = false, pre_norm = false, quiet = false, no_pictures = false, profile = false;
   std::string snapshot_steps, data, out, resume;
   std::vector<std::string> given;
   bool has(const std::string& flag) const;

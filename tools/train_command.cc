@@ -11,6 +11,7 @@
 
 #include "engine/checkpoint.h"
 #include "engine/error.h"
+#include "engine/file_io.h"
 #include "engine/npy.h"
 #include "models/tasks.h"
 #include "models/trainer.h"
@@ -167,6 +168,7 @@ int run_train(const TrainArgs& a) {
     if (a.has("data")) options.data_path = a.data;
   }
   options.threads = a.threads;
+  options.profile = a.profile;
 
   TaskData data;
   if (!options.data_path.empty()) {
@@ -267,6 +269,13 @@ int run_train(const TrainArgs& a) {
   };
   write_json(out + "/metrics.json", metrics);
   written.insert(written.end(), {"loss.csv", "model.safetensors", "metrics.json"});
+  if (a.profile) {
+    const std::string report = "per-node times of the training steps (" + config.task + ", batch " +
+                               std::to_string(options.training.batch_size) + ", " +
+                               std::to_string(options.threads) + " thread(s)): " + ex.profile_report(100000);
+    write_file_atomic(out + "/profile.txt", report.data(), report.size());
+    written.push_back("profile.txt");
+  }
   if (!a.no_pictures) add_pictures(out, &written);
 
   if (!a.quiet) {
@@ -275,6 +284,7 @@ int run_train(const TrainArgs& a) {
     fmt::print("{} steps in {:.2f} s ({:.0f} steps/s, {} thread{}), arena {} bytes (lower bound {})\n", steps_here,
                seconds, sps, options.threads, options.threads == 1 ? "" : "s", ex.plan().arena_bytes,
                ex.plan().lower_bound_bytes);
+    if (a.profile) fmt::print("profile: {}", ex.profile_report(10));
     std::string names;
     for (const auto& n : written) names += (names.empty() ? "" : ", ") + n;
     fmt::print("wrote {}/: {}\n", out, names);
