@@ -73,7 +73,8 @@ void Executor::plan_barriers() {
   };
   const Range all_grads{2, 0, graph_.param_count() * 4};
   // The phase (nodes since the last barrier) starts with the gradient zeroing.
-  std::vector<Range> phase_reads, phase_writes = {all_grads};
+  std::vector<Range> phase_reads, phase_writes;
+  phase_writes.push_back(all_grads);
   barrier_before_.assign(nodes.size() + 1, false);
   for (size_t i = 0; i <= nodes.size(); ++i) {
     std::vector<Range> reads, writes;
@@ -88,8 +89,9 @@ void Executor::plan_barriers() {
       }
       for (TensorId t : n.scratch) writes.push_back(range_of(t));
     } else {  // the optimizer: reads gradients, updates parameters and its moments
-      reads = {all_grads};
-      writes = {Range{1, 0, graph_.param_count() * 4}, Range{5, 0, 1}};
+      reads.push_back(all_grads);
+      writes.push_back(Range{1, 0, graph_.param_count() * 4});
+      writes.push_back(Range{5, 0, 1});
     }
     if (overlaps(writes, phase_reads) || overlaps(writes, phase_writes) || overlaps(reads, phase_writes)) {
       barrier_before_[i] = true;
