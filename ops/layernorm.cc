@@ -78,29 +78,46 @@ void LayernormBackwardInput(const float* x, const float* gamma, const float* mea
   }
 }
 
-// dgamma = Σ_rows dy·x̂, dbeta = Σ_rows dy, each column block summed over rows in order.
+// dgamma = Σ_rows dy·x̂, dbeta = Σ_rows dy, each column summed over rows in order. Up to
+// kBlocks vectors of columns at a time: one pass over the rows reads whole cache lines and
+// keeps 2·kBlocks independent chains going (the same chains, and bits, as one at a time).
 void LayernormBackwardParams(const float* x, const float* mean, const float* rstd,
                              const float* dy, float* dgamma, float* dbeta, int64_t rows,
                              int64_t dim, Slice s) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  constexpr int kBlocks = 4;
   const auto [c0, c1] = slice_range_grain(dim, N, s);
-  for (int64_t j = c0; j < c1; j += N) {
-    const size_t n = static_cast<size_t>(std::min<int64_t>(N, c1 - j));
-    auto acc_gamma = LoadUpTo(d, dgamma + j, n), acc_beta = LoadUpTo(d, dbeta + j, n);
-    for (int64_t r = 0; r < rows; ++r) {
-      const auto vdy = LoadUpTo(d, dy + r * dim + j, n);
-      const auto xhat = hn::Mul(hn::Sub(LoadUpTo(d, x + r * dim + j, n), hn::Set(d, mean[r])),
-                                hn::Set(d, rstd[r]));
-      acc_gamma = hn::MulAdd(vdy, xhat, acc_gamma);
-      acc_beta = hn::Add(acc_beta, vdy);
+  for (int64_t j0 = c0; j0 < c1; j0 += kBlocks * N) {
+    const int64_t blocks = std::min<int64_t>(kBlocks, (c1 - j0 + N - 1) / N);
+    size_t n[kBlocks];
+    hn::Vec<DF> acc_gamma[kBlocks], acc_beta[kBlocks];
+    for (int b = 0; b < kBlocks; ++b) {
+      const int64_t j = j0 + b * N;
+      n[b] = b < blocks ? static_cast<size_t>(std::min<int64_t>(N, c1 - j)) : 0;
+      acc_gamma[b] = b < blocks ? LoadUpTo(d, dgamma + j, n[b]) : hn::Zero(d);
+      acc_beta[b] = b < blocks ? LoadUpTo(d, dbeta + j, n[b]) : hn::Zero(d);
     }
-    if (n == static_cast<size_t>(N)) {
-      hn::StoreU(acc_gamma, d, dgamma + j);
-      hn::StoreU(acc_beta, d, dbeta + j);
-    } else {
-      StoreTail(d, acc_gamma, dgamma + j, n);
-      StoreTail(d, acc_beta, dbeta + j, n);
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto vmu = hn::Set(d, mean[r]), vrs = hn::Set(d, rstd[r]);
+      for (int b = 0; b < kBlocks; ++b) {
+        if (b >= blocks) break;
+        const int64_t j = j0 + b * N;
+        const auto vdy = LoadUpTo(d, dy + r * dim + j, n[b]);
+        const auto xhat = hn::Mul(hn::Sub(LoadUpTo(d, x + r * dim + j, n[b]), vmu), vrs);
+        acc_gamma[b] = hn::MulAdd(vdy, xhat, acc_gamma[b]);
+        acc_beta[b] = hn::Add(acc_beta[b], vdy);
+      }
+    }
+    for (int b = 0; b < blocks; ++b) {
+      const int64_t j = j0 + b * N;
+      if (n[b] == static_cast<size_t>(N)) {
+        hn::StoreU(acc_gamma[b], d, dgamma + j);
+        hn::StoreU(acc_beta[b], d, dbeta + j);
+      } else {
+        StoreTail(d, acc_gamma[b], dgamma + j, n[b]);
+        StoreTail(d, acc_beta[b], dbeta + j, n[b]);
+      }
     }
   }
 }
