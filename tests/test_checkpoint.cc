@@ -21,8 +21,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string scratch_dir() {
-  fs::path dir = fs::path(ATTNKIT_BINARY_DIR) / "test_checkpoint_tmp";
+// One folder per test case: CTest runs the cases as parallel processes, and one case looks
+// for temporary files another one's save may have in flight.
+std::string scratch_dir(const std::string& test) {
+  fs::path dir = fs::path(ATTNKIT_BINARY_DIR) / "test_checkpoint_tmp" / test;
   fs::create_directories(dir);
   return dir.string();
 }
@@ -77,7 +79,7 @@ TEST_CASE("save, load into a fresh executor and Adam, and resume bit for bit") {
   const ModelConfig c = lesson_config("neighbor-sum");
   const int64_t batch = 4;
   const std::vector<Batch> batches = make_batches(c, batch, 8, 5);
-  const std::string path = scratch_dir() + "/resume.safetensors";
+  const std::string path = scratch_dir("resume") + "/resume.safetensors";
 
   Model m = build_model(c, batch);
   Executor ex(*m.graph, {1, 7});
@@ -136,7 +138,7 @@ TEST_CASE("save, load into a fresh executor and Adam, and resume bit for bit") {
   }
 
   SECTION("parameters only, without an optimizer") {
-    const std::string p2 = scratch_dir() + "/params_only.safetensors";
+    const std::string p2 = scratch_dir("resume") + "/params_only.safetensors";
     save_checkpoint(p2, ex, nullptr, st);
     CHECK(read_safetensors(p2).tensors.size() == m.graph->params().size());
     Model m3 = build_model(c, batch);
@@ -161,7 +163,7 @@ TEST_CASE("a failed save leaves the previous checkpoint intact") {
   Model m = build_model(c, 2);
   Executor ex(*m.graph, {1, 7});
   Adam adam(ex.param_count(), AdamOptions{});
-  const std::string path = scratch_dir() + "/atomic.safetensors";
+  const std::string path = scratch_dir("atomic") + "/atomic.safetensors";
   TrainingState st = sample_state();
   save_checkpoint(path, ex, &adam, st);
   const std::vector<uint8_t> before = file_bytes(path);
@@ -172,11 +174,11 @@ TEST_CASE("a failed save leaves the previous checkpoint intact") {
   save_checkpoint(path, ex, &adam, st);
   const std::vector<uint8_t> after = file_bytes(path);
   CHECK(after != before);
-  for (const auto& e : fs::directory_iterator(scratch_dir()))
+  for (const auto& e : fs::directory_iterator(scratch_dir("atomic")))
     CHECK(e.path().filename().string().find(".tmp.") == std::string::npos);
 
   // A save that cannot be written throws FileError naming the file.
-  const std::string bad = scratch_dir() + "/no-such-dir/ckpt.safetensors";
+  const std::string bad = scratch_dir("atomic") + "/no-such-dir/ckpt.safetensors";
   REQUIRE_THROWS_AS(save_checkpoint(bad, ex, &adam, st), FileError);
   REQUIRE_THROWS_WITH(save_checkpoint(bad, ex, &adam, st), Catch::Contains("no-such-dir"));
 
@@ -187,7 +189,7 @@ TEST_CASE("a failed save leaves the previous checkpoint intact") {
   CHECK(file_bytes(path) == after);
 
   // Same if the path is a directory: the rename fails, the directory and file survive.
-  const std::string dir_path = scratch_dir() + "/a-directory";
+  const std::string dir_path = scratch_dir("atomic") + "/a-directory";
   fs::create_directories(dir_path);
   REQUIRE_THROWS_AS(save_checkpoint(dir_path, ex, &adam, st), FileError);
   CHECK(fs::is_directory(dir_path));
@@ -202,7 +204,7 @@ TEST_CASE("a failed save leaves the previous checkpoint intact") {
 }
 
 TEST_CASE("loading a wrong or damaged checkpoint throws a named error and changes nothing") {
-  const std::string dir = scratch_dir();
+  const std::string dir = scratch_dir("damaged");
   const std::string dup_path = dir + "/duplicates.safetensors";
   const std::string ok_path = dir + "/neighbor.safetensors";
   {
