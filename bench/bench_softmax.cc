@@ -118,22 +118,33 @@ void BM_softmax_masked_causal_scalar(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * s.size());
 }
 
+// Inputs of a softmax backward: the forward's output with the padding + causal mask
+// (masked = true) or none, dy, and room for dx.
+struct BackwardInputs {
+  Scores s;
+  attnkit::SoftmaxMask mask;
+  std::vector<float> dy, dx;
+  BackwardInputs(int64_t tk, bool masked) : s(tk, true) {
+    if (masked) {
+      mask.data = s.padding.data();
+      mask.group_div = s.heads;
+      mask.causal = true;
+    }
+    attnkit::softmax_forward(s.x.data(), s.y.data(), s.groups(), s.tq, s.tk, kScale, mask);
+    dy = s.x;
+    dx.resize(s.x.size());
+  }
+};
+
 // Backward (dx = scale·y⊙(dy − Σ dy⊙y), 0 at forbidden scores), with the padding + causal
 // mask (range(1) = 1) or none, given the forward's output.
 void BM_softmax_backward_attnkit(benchmark::State& state) {
-  Scores s(state.range(0), true);
-  attnkit::SoftmaxMask mask;
-  if (state.range(1)) {
-    mask.data = s.padding.data();
-    mask.group_div = s.heads;
-    mask.causal = true;
-  }
-  attnkit::softmax_forward(s.x.data(), s.y.data(), s.groups(), s.tq, s.tk, kScale, mask);
-  std::vector<float> dy = s.x, dx(s.x.size());
+  BackwardInputs in(state.range(0), state.range(1) != 0);
+  const Scores& s = in.s;
   for (auto _ : state) {
-    attnkit::softmax_backward(s.y.data(), dy.data(), dx.data(), s.groups(), s.tq, s.tk, kScale,
-                              mask, false);
-    benchmark::DoNotOptimize(dx.data());
+    attnkit::softmax_backward(s.y.data(), in.dy.data(), in.dx.data(), s.groups(), s.tq, s.tk,
+                              kScale, in.mask, false);
+    benchmark::DoNotOptimize(in.dx.data());
     benchmark::ClobberMemory();
   }
   state.SetItemsProcessed(state.iterations() * s.size());
@@ -141,25 +152,18 @@ void BM_softmax_backward_attnkit(benchmark::State& state) {
 
 // The plain loop of the same backward (the mask is seen through y, which is 0 there).
 void BM_softmax_backward_scalar(benchmark::State& state) {
-  Scores s(state.range(0), true);
-  attnkit::SoftmaxMask mask;
-  if (state.range(1)) {
-    mask.data = s.padding.data();
-    mask.group_div = s.heads;
-    mask.causal = true;
-  }
-  attnkit::softmax_forward(s.x.data(), s.y.data(), s.groups(), s.tq, s.tk, kScale, mask);
-  std::vector<float> dy = s.x, dx(s.x.size());
+  BackwardInputs in(state.range(0), state.range(1) != 0);
+  const Scores& s = in.s;
   const int64_t rows = s.groups() * s.tq, tk = s.tk;
   for (auto _ : state) {
     for (int64_t r = 0; r < rows; ++r) {
       const float* y = s.y.data() + r * tk;
-      const float* g = dy.data() + r * tk;
+      const float* g = in.dy.data() + r * tk;
       float dot = 0;
       for (int64_t j = 0; j < tk; ++j) dot += y[j] * g[j];
-      for (int64_t j = 0; j < tk; ++j) dx[r * tk + j] = kScale * y[j] * (g[j] - dot);
+      for (int64_t j = 0; j < tk; ++j) in.dx[r * tk + j] = kScale * y[j] * (g[j] - dot);
     }
-    benchmark::DoNotOptimize(dx.data());
+    benchmark::DoNotOptimize(in.dx.data());
     benchmark::ClobberMemory();
   }
   state.SetItemsProcessed(state.iterations() * s.size());
