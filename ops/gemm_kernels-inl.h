@@ -748,6 +748,9 @@ inline void PackA(const GemmArgs& g, int64_t i0, int64_t mc, int64_t p0, int64_t
   }
 }
 
+// Rows of a row-major B prefetched ahead of the copy in PackB.
+inline constexpr int64_t kPackBAhead = 4;
+
 // op(B)[p0.., j0..] → kc × nc as NR-column panels, each kc × NR (kk-major).
 inline void PackB(const GemmArgs& g, int64_t p0, int64_t kc, int64_t j0, int64_t nc, int64_t nr,
                   float* HWY_RESTRICT out) {
@@ -760,6 +763,9 @@ inline void PackB(const GemmArgs& g, int64_t p0, int64_t kc, int64_t j0, int64_t
       const int64_t whole = (nc - jp) / 16;
       for (int64_t kk = 0; kk < kc; ++kk) {
         const float* src = g.b + (p0 + kk) * g.ldb + j0 + jp;
+        if (kk + kPackBAhead < kc) {  // a row a few rows ahead (rows may be 1 KB apart)
+          for (int64_t w = 0; w < whole; ++w) hwy::Prefetch(src + kPackBAhead * g.ldb + w * 16);
+        }
         for (int64_t w = 0; w < whole; ++w)
           std::memcpy(panel + w * 16 * kc + kk * 16, src + w * 16, 16 * 4);
       }
