@@ -758,9 +758,10 @@ inline void PackB(const GemmArgs& g, int64_t p0, int64_t kc, int64_t j0, int64_t
     const int64_t cols = std::min(nr, nc - jp);
     float* panel = out + jp * kc;
     if (!g.trans_b && cols == 16 && nr == 16) {  // whole panel rows (a fixed-size copy)
-      // Every whole panel at once, row by row: each row of B is read once, in order (rows
-      // 1 KB apart fall in a few L1 sets when walked panel by panel).
-      const int64_t whole = (nc - jp) / 16;
+      // Up to 4 whole panels at once, row by row: 256 bytes of each row of B read in order
+      // (rows 1 KB apart fall in a few L1 sets when walked panel by panel; more panels at
+      // once, kc·64 bytes apart, would be as many write streams, often in one L1 set).
+      const int64_t whole = std::min<int64_t>(4, (nc - jp) / 16);
       for (int64_t kk = 0; kk < kc; ++kk) {
         const float* src = g.b + (p0 + kk) * g.ldb + j0 + jp;
         if (kk + kPackBAhead < kc) {  // a row a few rows ahead (rows may be 1 KB apart)
