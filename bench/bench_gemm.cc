@@ -189,6 +189,19 @@ std::vector<StepGemm> step_gemms() {
     ptdy.name = model + "_attn_PtdY_tn" + sh;
     ptdy.ta = true;
     out.push_back(ptdy);
+    // The backward's other three: dP = dY·Vᵀ (the scores' shape), and dQ = dS·K, dK = dSᵀ·Q
+    // accumulated into gradients that already hold a contribution (beta 1).
+    StepGemm dpv = qk;
+    dpv.name = model + "_attn_dYVt_nt" + sh;
+    out.push_back(dpv);
+    StepGemm dsk = pv;
+    dsk.name = model + "_attn_dSK_nn_beta1" + sh;
+    dsk.beta = 1.0f;
+    out.push_back(dsk);
+    StepGemm dstq = ptdy;
+    dstq.name = model + "_attn_dStQ_tn_beta1" + sh;
+    dstq.beta = 1.0f;
+    out.push_back(dstq);
   };
   linear("ns", 640, 32, 32);
   linear("ns", 640, 32, 128);
@@ -204,6 +217,7 @@ std::vector<StepGemm> step_gemms() {
   linear("big", 4096, 256, 256);
   linear("big", 4096, 256, 1024);
   linear("big", 4096, 1024, 256);
+  linear("big", 4096, 256, 64);  // the head's first layer
   attention("big", 32, 128, 4, 64);
   return out;
 }

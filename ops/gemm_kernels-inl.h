@@ -44,11 +44,20 @@ inline constexpr int64_t kNC = 2048;  // columns of a B block: 2 MB in L3
 // Rows of A kept hot in the direct path while all column tiles pass over them.
 inline constexpr int64_t kDirectRows = 96;
 
+// Attention-shaped products (T × T × dh and T × dh × T at T = 128, dh = 64, operands strided
+// by the interleaved heads): op(B) packed into NR-column micro-panels of the whole k, A
+// broadcast in place (see GemmShortK). Taken before the packed path, which packs A for only
+// n / NR column panels, and the direct path, whose 1 KB-strided B rows thrash the L1 sets.
+inline bool use_short_k_path(int64_t m, int64_t n, int64_t k) {
+  return k >= 48 && k <= 160 && m >= 48 && n >= 48 && n <= 512;
+}
+
 // The direct (no packing of A) path wins for the thin shapes of small attention models;
 // deep or wide products go through the packed, cache-blocked path, and so do the medium
 // attention products with a row-major B (P·V, dS·K, Pᵀ·dY, dSᵀ·Q at T = 128, dh = 64:
 // 10-20% faster packed; Q·Kᵀ, whose Bᵀ the direct path copies anyway, was 7% slower).
 inline bool use_packed_path(int64_t m, int64_t n, int64_t k, bool trans_b) {
+  if (use_short_k_path(m, n, k)) return false;
   return (k > 256 && m >= 96 && n >= 96) || (n > 512 && m > 64) ||
          (k > 128 && n >= 256 && m > 256) || (!trans_b && k >= 64 && m >= 96 && n >= 64);
 }
@@ -739,6 +748,9 @@ inline void PackA(const GemmArgs& g, int64_t i0, int64_t mc, int64_t p0, int64_t
   }
 }
 
+// Rows of a row-major B prefetched ahead of the copy in PackB.
+inline constexpr int64_t kPackBAhead = 4;
+
 // op(B)[p0.., j0..] → kc × nc as NR-column panels, each kc × NR (kk-major).
 inline void PackB(const GemmArgs& g, int64_t p0, int64_t kc, int64_t j0, int64_t nc, int64_t nr,
                   float* HWY_RESTRICT out) {
@@ -746,10 +758,33 @@ inline void PackB(const GemmArgs& g, int64_t p0, int64_t kc, int64_t j0, int64_t
     const int64_t cols = std::min(nr, nc - jp);
     float* panel = out + jp * kc;
     if (!g.trans_b && cols == 16 && nr == 16) {  // whole panel rows (a fixed-size copy)
-      for (int64_t kk = 0; kk < kc; ++kk)
-        std::memcpy(panel + kk * 16, g.b + (p0 + kk) * g.ldb + j0 + jp, 16 * 4);
+      // Up to 4 whole panels at once, row by row: 256 bytes of each row of B read in order
+      // (rows 1 KB apart fall in a few L1 sets when walked panel by panel; more panels at
+      // once, kc·64 bytes apart, would be as many write streams, often in one L1 set).
+      const int64_t whole = std::min<int64_t>(4, (nc - jp) / 16);
+      for (int64_t kk = 0; kk < kc; ++kk) {
+        const float* src = g.b + (p0 + kk) * g.ldb + j0 + jp;
+        if (kk + kPackBAhead < kc) {  // a row a few rows ahead (rows may be 1 KB apart)
+          for (int64_t w = 0; w < whole; ++w) hwy::Prefetch(src + kPackBAhead * g.ldb + w * 16);
+        }
+        for (int64_t w = 0; w < whole; ++w)
+          std::memcpy(panel + w * 16 * kc + kk * 16, src + w * 16, 16 * 4);
+      }
+      jp += (whole - 1) * 16;
       continue;
     }
+#if HWY_TARGET == HWY_AVX2
+    if (g.trans_b && cols == 16 && nr == 16 && kc >= 8) {  // two 8 × 8 register transposes
+      const float* src = g.b + (j0 + jp) * g.ldb + p0;
+      for (int64_t kk = 0;; kk += 8) {
+        kk = std::min(kk, kc - 8);  // a ragged last block rewrites the same values
+        Transpose8x8(DF(), src + kk, g.ldb, panel + kk * 16, 16);
+        Transpose8x8(DF(), src + 8 * g.ldb + kk, g.ldb, panel + kk * 16 + 8, 16);
+        if (kk + 8 >= kc) break;
+      }
+      continue;
+    }
+#endif
     if (!g.trans_b) {
       for (int64_t kk = 0; kk < kc; ++kk) {
         const float* src = g.b + (p0 + kk) * g.ldb + j0 + jp;
@@ -825,6 +860,114 @@ inline void GemmPacked(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
   }
 }
 
+// ------------------------------------------------------------------ short-k path
+// Many independent attention products (S = Q·Kᵀ, P·V, dS·K, Pᵀ·dY, dSᵀ·Q: k of 64 or 128,
+// A and B rows 1 KB apart in [B, T, H·dh] activations), each called on its own. Packing A
+// costs as much as the n / NR column panels that reuse it, and B read in place (or as a
+// k × n row-major panel) has its k rows ldb floats apart, 1 KB strides that fall in a few L1
+// sets. Here op(B) is packed once per call into NR-column micro-panels of the whole k (each
+// contiguous, at most 32 KB in all per column block), A is broadcast in place (either layout),
+// and each row tile of C passes over every micro-panel of the block while the next tile's
+// rows of A and C are prefetched (with the operands of 128 products passing through, they
+// come from L3 or memory: 15-20% of the time without). Every element is one FMA chain over k
+// from zero, then StoreTile: the same operations whatever block or slice it falls in.
+
+inline constexpr int64_t kShortKBlockFloats = 8192;  // packed op(B) of one column block: 32 KB
+
+// Rows i..i+R of C over the columns [jc, jc + nc) whose op(B) is packed at bp (k × NR panels);
+// the block's rows end at i1.
+template <int R, bool kBias>
+HWY_INLINE void ShortKRows(DF d, const GemmArgs& g, int64_t i, int64_t i1,
+                           const float* HWY_RESTRICT bp, int64_t jc, int64_t nc) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), nr = 2 * lanes;
+  const float* a = g.a + i * g.lda;
+  int64_t ar = g.lda, ak = 1;
+  // op(A)(i + r, kk) = A[kk·lda + i + r] when A is transposed: broadcast in place too (a
+  // copy into a small panel per tile cost more than it saved).
+  if (g.trans_a) a = g.a + i, ar = 1, ak = g.lda;
+  float* c = g.c + i * g.ldc + jc;
+  const Combine combine = FirstCombine(g.beta);
+  // The next row tile's rows of A and C come from far away (the operands of many products
+  // pass through the caches): fetch them while this tile computes, spread over its panels.
+  const int64_t next_rows = std::min<int64_t>(kMR, i1 - i - R);
+  const int64_t panels = (nc + nr - 1) / nr;
+  VF acc[kMR][2];
+  for (int64_t jp = 0; jp < nc; jp += nr) {
+    if (next_rows > 0) {
+      const int64_t w = jp / nr;
+      for (int64_t r = 0; r < next_rows; ++r) {
+        const float* cn = c + (R + r) * g.ldc + jp;
+        hwy::Prefetch(cn);
+        hwy::Prefetch(cn + std::min(nr, nc - jp) - 1);
+      }
+      if (!g.trans_a) {  // rows of k floats: this panel's share of their cache lines
+        const int64_t lines = (g.k + 15) / 16, l0 = w * lines / panels, l1 = (w + 1) * lines / panels;
+        for (int64_t r = 0; r < next_rows; ++r) {
+          const float* an = g.a + (i + R + r) * g.lda;
+          for (int64_t l = l0; l < l1; ++l) hwy::Prefetch(an + l * 16);
+          if (l1 == lines) hwy::Prefetch(an + g.k - 1);
+        }
+      } else {  // k rows of next_rows floats
+        const int64_t k0 = w * g.k / panels, k1 = (w + 1) * g.k / panels;
+        for (int64_t kk = k0; kk < k1; ++kk) {
+          const float* an = g.a + kk * g.lda + i + R;
+          hwy::Prefetch(an);
+          hwy::Prefetch(an + next_rows - 1);
+        }
+      }
+    }
+    const float* bpanel = bp + jp * g.k;
+    AccumulateTile<R, 2>(d, g.k, a, ar, ak, bpanel, bpanel + lanes, nr, acc);
+    const size_t cols = static_cast<size_t>(std::min(nr, nc - jp));
+    StoreTile<kBias>(d, acc, R, cols, g.alpha, g.beta, combine, c + jp, g.ldc,
+                     kBias ? g.bias + jc + jp : nullptr);
+  }
+}
+
+template <bool kBias>
+HWY_INLINE void ShortKBlock(DF d, const GemmArgs& g, const float* bp, int64_t i0, int64_t i1,
+                            int64_t jc, int64_t nc) {
+  int64_t i = i0;
+  // The row tiles of DirectBlock: 6 rows, 7 to 9 remaining rows as two tiles of 4 or 5.
+  for (; i1 - i >= kMR + 4 || i1 - i == kMR; i += kMR) {
+    ShortKRows<6, kBias>(d, g, i, i1, bp, jc, nc);
+  }
+  if (i1 - i > kMR) {
+    if (i1 - i == 9) {
+      ShortKRows<5, kBias>(d, g, i, i1, bp, jc, nc);
+      i += 5;
+    } else {
+      ShortKRows<4, kBias>(d, g, i, i1, bp, jc, nc);
+      i += 4;
+    }
+  }
+  switch (i1 - i) {
+    case 5: ShortKRows<5, kBias>(d, g, i, i1, bp, jc, nc); break;
+    case 4: ShortKRows<4, kBias>(d, g, i, i1, bp, jc, nc); break;
+    case 3: ShortKRows<3, kBias>(d, g, i, i1, bp, jc, nc); break;
+    case 2: ShortKRows<2, kBias>(d, g, i, i1, bp, jc, nc); break;
+    case 1: ShortKRows<1, kBias>(d, g, i, i1, bp, jc, nc); break;
+    default: break;
+  }
+}
+
+inline void GemmShortK(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  const DF d;
+  const int64_t nr = 2 * static_cast<int64_t>(hn::Lanes(d));
+  const int64_t ncb = std::max(nr, kShortKBlockFloats / g.k / nr * nr);
+  const int64_t nc_max = std::min(ncb, (j1 - j0 + nr - 1) / nr * nr);
+  float* bp = gemm_detail::thread_scratch(1, static_cast<size_t>(nc_max * g.k));
+  for (int64_t jc = j0; jc < j1; jc += ncb) {
+    const int64_t nc = std::min(ncb, j1 - jc);
+    PackB(g, 0, g.k, jc, nc, nr, bp);
+    if (g.bias) {
+      ShortKBlock<true>(d, g, bp, i0, i1, jc, nc);
+    } else {
+      ShortKBlock<false>(d, g, bp, i0, i1, jc, nc);
+    }
+  }
+}
+
 // ------------------------------------------------------------------ dynamic packed path
 // sgemm's own parallel region on the packed path: the threads take (row block, column chunk)
 // tasks from a shared counter instead of a fixed share, so a thread slowed down by other work
@@ -880,7 +1023,9 @@ inline void GemmRowsDynamic(const GemmArgs& g, std::atomic<int64_t>* next, int64
 // C[i0..i1, j0..j1] of product g, on the path the whole product's shape selects.
 inline void GemmBlock(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   if (i0 >= i1 || j0 >= j1) return;
-  if (gemm_detail::use_packed_path(g.m, g.n, g.k, g.trans_b)) {
+  if (gemm_detail::use_short_k_path(g.m, g.n, g.k)) {
+    GemmShortK(g, i0, i1, j0, j1);
+  } else if (gemm_detail::use_packed_path(g.m, g.n, g.k, g.trans_b)) {
     GemmPacked(g, i0, i1, j0, j1);
   } else if (gemm_detail::use_swapped_path(g.trans_a, g.m, g.n)) {
     GemmSwapped(g, i0, i1, j0, j1);

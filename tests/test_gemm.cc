@@ -293,6 +293,92 @@ TEST_CASE("sgemm_bias_slice adds the bias on every SIMD target, whatever the sli
   });
 }
 
+// The short-k path (many attention products: k 48 to 160, m >= 48, 48 <= n <= 512, op(B)
+// packed into column micro-panels, A broadcast in place): every transpose combination, strided
+// operands as in [B, T, H·dh] activations (pad 192: 64 columns in rows of 256), beta 0 / 1 /
+// other, bias, shapes on both sides of each threshold and ragged row tiles and panels, on every
+// SIMD target; and bitwise the same whatever the slice count, static or dynamic.
+TEST_CASE("the short-k path (attention products) matches a double reference", "[gemm]") {
+  const std::vector<Shape> shapes = {
+      {128, 128, 64}, {128, 64, 128}, {48, 48, 48},   {47, 64, 64},  {64, 47, 64},
+      {64, 64, 47},   {64, 64, 161},  {130, 50, 160}, {53, 513, 48}, {49, 512, 49},
+      {55, 100, 96},  {61, 58, 72},   {100, 200, 50}, {57, 63, 130}};
+  attnkit::test::for_each_simd_target([&](const std::string& target) {
+    uint32_t seed = 900;
+    for (int trans = 0; trans < 4; ++trans) {
+      const bool ta = trans & 1, tb = trans & 2;
+      for (const Shape& s : shapes) {
+        for (auto [alpha, beta] :
+             {std::pair<float, float>{1, 0}, {0.125f, 1}, {-0.5f, 1.5f}}) {
+          const int64_t pad = seed % 3 == 0 ? 192 : seed % 3;
+          const Problem p = make_problem(ta, tb, s.m, s.n, s.k, alpha, beta, pad, seed);
+          const std::vector<float> bias = random_bias(s.n, seed);
+          ++seed;
+          INFO(target << " ta=" << ta << " tb=" << tb << " m=" << s.m << " n=" << s.n
+                      << " k=" << s.k << " alpha=" << alpha << " beta=" << beta
+                      << " pad=" << pad);
+          const std::vector<float> one = run_slices(p, 1);
+          check_against_reference(p, one);
+          for (int count : {2, 3, 8}) REQUIRE(bitwise_equal(one, run_slices(p, count)));
+          const std::vector<float> with_bias = run_bias_slices(p, bias.data(), 1);
+          check_against_reference(p, with_bias, bias.data());
+          REQUIRE(bitwise_equal(with_bias, run_bias_slices(p, bias.data(), 3)));
+          for (const float* b : {static_cast<const float*>(nullptr), bias.data()})
+            for (int count : {2, 3})
+              REQUIRE(bitwise_equal(b ? with_bias : one, run_dynamic_slices(p, b, count, true)));
+        }
+      }
+    }
+  });
+}
+
+// The attention products as the engine makes them: one sgemm_slice per (batch, head) over
+// interleaved heads, T = 128, dh = 64 (the short-k path), against the reference.
+TEST_CASE("attention-shaped products over interleaved heads", "[gemm]") {
+  const int64_t T = 128, dh = 64, H = 4, D = H * dh;
+  std::mt19937 rng(77);
+  std::uniform_real_distribution<float> u(-1, 1);
+  struct Case {
+    bool ta, tb;
+    int64_t m, n, k, lda, ldb;
+  };
+  // QKᵀ / dY·Vᵀ (nt), P·V / dS·K (nn), Pᵀ·dY / dSᵀ·Q (tn).
+  for (const Case& cs : {Case{false, true, T, T, dh, D, D}, Case{false, false, T, dh, T, T, D},
+                         Case{true, false, T, dh, T, T, D}}) {
+    for (float beta : {0.0f, 1.0f}) {
+      const int64_t ldc = cs.n == T ? T : D;
+      const int64_t a_rows = cs.ta ? cs.k : cs.m, b_rows = cs.tb ? cs.n : cs.k;
+      std::vector<float> a(a_rows * cs.lda), b(b_rows * cs.ldb), c(cs.m * ldc);
+      for (auto* v : {&a, &b, &c})
+        for (auto& x : *v) x = u(rng);
+      for (int64_t h : {int64_t{0}, H - 1}) {  // a head's columns inside the rows
+        const int64_t a_off = cs.lda == D ? h * dh : 0, b_off = h * dh, c_off = ldc == D ? h * dh : 0;
+        std::vector<float> got = c;
+        attnkit::sgemm_slice(cs.ta, cs.tb, cs.m, cs.n, cs.k, 1.0f, a.data() + a_off, cs.lda,
+                             b.data() + b_off, cs.ldb, beta, got.data() + c_off, ldc, Slice{});
+        INFO("ta=" << cs.ta << " tb=" << cs.tb << " beta=" << beta << " head=" << h);
+        for (int64_t i = 0; i < cs.m; ++i)
+          for (int64_t j = 0; j < ldc; ++j) {
+            const float have = got[i * ldc + j];
+            if (j < c_off || j >= c_off + cs.n) {  // other heads' columns: untouched
+              REQUIRE(have == c[i * ldc + j]);
+              continue;
+            }
+            double want = beta * double(c[i * ldc + j]), mag = std::fabs(want);
+            for (int64_t kk = 0; kk < cs.k; ++kk) {
+              const double av = cs.ta ? a[kk * cs.lda + a_off + i] : a[i * cs.lda + a_off + kk];
+              const double bv = cs.tb ? b[(j - c_off) * cs.ldb + b_off + kk]
+                                      : b[kk * cs.ldb + b_off + j - c_off];
+              want += av * bv;
+              mag += std::fabs(av * bv);
+            }
+            REQUIRE(std::fabs(have - want) <= (cs.k + 4) * 1.2e-7 * mag + 1e-30);
+          }
+      }
+    }
+  }
+}
+
 TEST_CASE("sgemm_bias_slice on the OpenBLAS backend", "[gemm]") {
   BackendGuard guard(attnkit::GemmBackend::kOpenBLAS);
   for (int trans = 0; trans < 4; ++trans) {
