@@ -3,7 +3,7 @@
 
     /usr/bin/python3 bench/compare_pytorch.py [--threads 1 2] [--models neighbor-sum ...]
         [--seconds 3] [--windows 5] [--large-seconds 8] [--large-windows 3] [--batch N]
-        [--attnkit-bench PATH]
+        [--rounds R] [--attnkit-bench PATH]
 
 PyTorch: the same architectures as models/lessons.cc (tok[+pos] Embedding D=32, multi-head
 attention with separate q, k, v, o Linear(D, D)+bias, out = head(h + attn(h))), Adam with the
@@ -25,6 +25,11 @@ libopenblas torch loaded) and checks both took effect.
 
 attnkit: runs the built bench_train_step with --benchmark_format=json, repetitions =
 --windows, min_time = seconds / windows, and takes the median steps/s.
+
+--rounds R repeats each (model, threads) pair R times, PyTorch and attnkit alternating, and
+reports the median of the per-round ratios with their range: on this shared machine
+PyTorch's steps/s drift by 30% and more from one minute to the next (neighbor-sum at one
+thread: 145 to 234 steps/s within ten minutes), so one round's ratio can mislead.
 """
 import argparse
 import json
@@ -287,6 +292,11 @@ def main():
     ap.add_argument("--large-windows", type=int, default=3,
                     help="timed windows of reversal-large")
     ap.add_argument("--batch", type=int, default=0, help="override the lessons' batch sizes")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="measure each (model, threads) this many times, PyTorch and attnkit "
+                         "alternating; the table shows the medians and the range of the "
+                         "per-round ratios (PyTorch's speed here drifts by 30%% and more "
+                         "between minutes)")
     ap.add_argument("--attnkit-bench", default=None, help="path of bench_train_step")
     ap.add_argument("--worker-threads", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -308,25 +318,38 @@ def main():
     for n in args.threads:
         for task in args.models:
             one = argparse.Namespace(**dict(vars(args), models=[task]))
-            t = run_torch(one, n)
-            info = t
-            a = run_attnkit(one, binary, n)
-            rows.append((task, n, t["results"][task]["batch"], t["results"][task]["median"],
-                         a.get(task)))
+            pts, aks = [], []
+            for _ in range(max(1, args.rounds)):
+                t = run_torch(one, n)
+                info = t
+                a = run_attnkit(one, binary, n)
+                pts.append(t["results"][task]["median"])
+                aks.append(a.get(task))
+            ratios = [ak / pt for ak, pt in zip(aks, pts) if ak]
+            rows.append((task, n, t["results"][task]["batch"], statistics.median(pts),
+                         statistics.median(aks) if all(aks) else None, ratios))
 
     print("PyTorch %s (openblas %s), attnkit %s" % (info["torch_version"], info["openblas"],
                                                      binary))
     print("median of %d windows, %.3g s per measurement" % (args.windows, args.seconds) +
           (" (reversal-large: %d windows, %.3g s)" % (args.large_windows, args.large_seconds)
            if LARGE & set(args.models) else ""))
+    if args.rounds > 1:
+        print("%d rounds, PyTorch and attnkit alternating; steps/s are medians over rounds, "
+              "ratio = median of the per-round ratios (range: lowest-highest)" % args.rounds)
     hdr = "%-14s %7s %5s %15s %15s %8s" % ("model", "threads", "batch", "PyTorch steps/s",
                                           "attnkit steps/s", "ratio")
+    if args.rounds > 1:
+        hdr += "  %13s" % "range"
     print(hdr)
     print("-" * len(hdr))
-    for task, n, batch, pt, ak in rows:
-        ratio = "%.2fx" % (ak / pt) if ak else "n/a"
+    for task, n, batch, pt, ak, ratios in rows:
+        ratio = "%.2fx" % statistics.median(ratios) if ratios else "n/a"
         fmt = "%-14s %7d %5d %15.2f %15.2f %8s" if pt < 10 else "%-14s %7d %5d %15.1f %15.1f %8s"
-        print(fmt % (task, n, batch, pt, ak or float("nan"), ratio))
+        line = fmt % (task, n, batch, pt, ak or float("nan"), ratio)
+        if args.rounds > 1 and ratios:
+            line += "  %5.2fx-%5.2fx" % (min(ratios), max(ratios))
+        print(line)
 
 
 if __name__ == "__main__":
