@@ -308,6 +308,30 @@ TEST_CASE("cross-entropy over many short rows", "[cross_entropy]") {
   });
 }
 
+TEST_CASE("bias backward of a tall, wide gradient sums each column in row order", "[elementwise]") {
+  // Beyond L2 the rows are streamed once instead of once per column block; either way each
+  // column is the float sum over rows 0, 1, 2, … from 0 (or dbias): exactly a scalar loop.
+  attnkit::test::for_each_simd_target([](const std::string&) {
+    std::mt19937 rng(8);
+    for (int64_t cols : {256, 1030, 2100}) {
+      const int64_t rows = 1100;
+      INFO("cols=" << cols);
+      const auto dy = random_vector(rows * cols, rng);
+      for (bool accumulate : {false, true}) {
+        std::vector<float> want(static_cast<size_t>(cols), accumulate ? 0.75f : 0.0f);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) want[c] += dy[r * cols + c];
+        std::vector<float> got(static_cast<size_t>(cols), accumulate ? 0.75f : kNaN);
+        attnkit::bias_backward(dy.data(), got.data(), rows, cols, {}, accumulate);
+        REQUIRE(same_bits(got, want));
+        require_slice_invariant(std::vector<float>(cols, 0.75f), [&](float* out, Slice s) {
+          attnkit::bias_backward(dy.data(), out, rows, cols, s, accumulate);
+        });
+      }
+    }
+  });
+}
+
 TEST_CASE("elementwise kernels", "[elementwise]") {
   attnkit::test::for_each_simd_target([](const std::string&) {
     std::mt19937 rng(6);
