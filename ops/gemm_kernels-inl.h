@@ -403,6 +403,30 @@ HWY_INLINE void ChunkRows(DF d, const GemmArgs& g, int64_t i, const float* b, in
   }
 }
 
+// The row tiles of [i, end): 6 rows, except that 7 to 9 remaining rows become two tiles of
+// 4 or 5 rows (a 1- to 3-row tile has too few independent FMA chains to hide the FMA
+// latency); fn(std::integral_constant<int, R>(), first row) for each. Which tile a row falls
+// in does not change how its elements are computed.
+template <class Fn>
+HWY_INLINE void ForEachRowTile(int64_t i, int64_t end, const Fn& fn) {
+  for (; end - i >= kMR + 4 || end - i == kMR; i += kMR) fn(std::integral_constant<int, 6>(), i);
+  if (end - i == 9) {
+    fn(std::integral_constant<int, 5>(), i);
+    i += 5;
+  } else if (end - i > kMR) {
+    fn(std::integral_constant<int, 4>(), i);
+    i += 4;
+  }
+  switch (end - i) {
+    case 5: fn(std::integral_constant<int, 5>(), i); break;
+    case 4: fn(std::integral_constant<int, 4>(), i); break;
+    case 3: fn(std::integral_constant<int, 3>(), i); break;
+    case 2: fn(std::integral_constant<int, 2>(), i); break;
+    case 1: fn(std::integral_constant<int, 1>(), i); break;
+    default: break;
+  }
+}
+
 // Whether GemmDirect walks k in chunks for this block (whole 2V-column tiles only).
 inline bool DirectChunked(int64_t k, int64_t width, int64_t lanes) {
   return k > 256 && width % (2 * lanes) == 0 && width <= 256;
@@ -421,25 +445,10 @@ inline HWY_NOINLINE void GemmDirectChunked(DF d, const GemmArgs& g, const float*
     for (int64_t pc = 0; pc < g.k; pc += kc) {
       const int64_t kn = std::min(kc, g.k - pc);
       const bool first = pc == 0, last = pc + kn >= g.k;
-      int64_t i = ic;
-      auto rows = [&](auto r_tag) {
-        constexpr int R = decltype(r_tag)::value;
-        ChunkRows<R>(d, g, i, b, ldb, j0, j1, pc, kn, first, last, part + (i - ic) * width,
-                     width);
-        i += R;
-      };
-      // The same row tiles as GemmDirect.
-      while (ie - i >= kMR + 4 || ie - i == kMR) rows(std::integral_constant<int, 6>());
-      if (ie - i == 9) rows(std::integral_constant<int, 5>());
-      if (ie - i > kMR) rows(std::integral_constant<int, 4>());
-      switch (ie - i) {
-        case 5: rows(std::integral_constant<int, 5>()); break;
-        case 4: rows(std::integral_constant<int, 4>()); break;
-        case 3: rows(std::integral_constant<int, 3>()); break;
-        case 2: rows(std::integral_constant<int, 2>()); break;
-        case 1: rows(std::integral_constant<int, 1>()); break;
-        default: break;
-      }
+      ForEachRowTile(ic, ie, [&](auto r_tag, int64_t i) {  // the same row tiles as GemmDirect
+        ChunkRows<decltype(r_tag)::value>(d, g, i, b, ldb, j0, j1, pc, kn, first, last,
+                                          part + (i - ic) * width, width);
+      });
     }
   }
 }
@@ -450,30 +459,9 @@ HWY_INLINE void DirectBlock(DF d, const GemmArgs& g, const float* b, int64_t ldb
                             int64_t i1, int64_t j0, int64_t j1) {
   for (int64_t ic = i0; ic < i1; ic += gemm_detail::kDirectRows) {
     const int64_t ie = std::min(i1, ic + gemm_detail::kDirectRows);
-    int64_t i = ic;
-    // Full 6-row tiles, except that 7 to 9 remaining rows become two tiles of 4 or 5 rows
-    // (a 1- to 3-row tile has too few independent FMA chains to hide the FMA latency). Which
-    // tile a row falls in does not change how its elements are computed.
-    for (; ie - i >= kMR + 4 || ie - i == kMR; i += kMR) {
-      DirectRows<6, kBias>(d, g, i, b, ldb, j0, j1);
-    }
-    if (ie - i > kMR) {
-      if (ie - i == 9) {
-        DirectRows<5, kBias>(d, g, i, b, ldb, j0, j1);
-        i += 5;
-      } else {
-        DirectRows<4, kBias>(d, g, i, b, ldb, j0, j1);
-        i += 4;
-      }
-    }
-    switch (ie - i) {
-      case 5: DirectRows<5, kBias>(d, g, i, b, ldb, j0, j1); break;
-      case 4: DirectRows<4, kBias>(d, g, i, b, ldb, j0, j1); break;
-      case 3: DirectRows<3, kBias>(d, g, i, b, ldb, j0, j1); break;
-      case 2: DirectRows<2, kBias>(d, g, i, b, ldb, j0, j1); break;
-      case 1: DirectRows<1, kBias>(d, g, i, b, ldb, j0, j1); break;
-      default: break;
-    }
+    ForEachRowTile(ic, ie, [&](auto r_tag, int64_t i) {
+      DirectRows<decltype(r_tag)::value, kBias>(d, g, i, b, ldb, j0, j1);
+    });
   }
 }
 
@@ -927,28 +915,9 @@ HWY_INLINE void ShortKRows(DF d, const GemmArgs& g, int64_t i, int64_t i1,
 template <bool kBias>
 HWY_INLINE void ShortKBlock(DF d, const GemmArgs& g, const float* bp, int64_t i0, int64_t i1,
                             int64_t jc, int64_t nc) {
-  int64_t i = i0;
-  // The row tiles of DirectBlock: 6 rows, 7 to 9 remaining rows as two tiles of 4 or 5.
-  for (; i1 - i >= kMR + 4 || i1 - i == kMR; i += kMR) {
-    ShortKRows<6, kBias>(d, g, i, i1, bp, jc, nc);
-  }
-  if (i1 - i > kMR) {
-    if (i1 - i == 9) {
-      ShortKRows<5, kBias>(d, g, i, i1, bp, jc, nc);
-      i += 5;
-    } else {
-      ShortKRows<4, kBias>(d, g, i, i1, bp, jc, nc);
-      i += 4;
-    }
-  }
-  switch (i1 - i) {
-    case 5: ShortKRows<5, kBias>(d, g, i, i1, bp, jc, nc); break;
-    case 4: ShortKRows<4, kBias>(d, g, i, i1, bp, jc, nc); break;
-    case 3: ShortKRows<3, kBias>(d, g, i, i1, bp, jc, nc); break;
-    case 2: ShortKRows<2, kBias>(d, g, i, i1, bp, jc, nc); break;
-    case 1: ShortKRows<1, kBias>(d, g, i, i1, bp, jc, nc); break;
-    default: break;
-  }
+  ForEachRowTile(i0, i1, [&](auto r_tag, int64_t i) {  // the row tiles of DirectBlock
+    ShortKRows<decltype(r_tag)::value, kBias>(d, g, i, i1, bp, jc, nc);
+  });
 }
 
 inline void GemmShortK(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
