@@ -1,6 +1,6 @@
 // Fused short-sequence attention backward (see attention.h). Keys are rows and queries are
 // lanes (dPᵀ, Pᵀ, dSᵀ are [tk, tq padded to whole vectors]), so the softmax backward's sums
-// over keys are vertical, Lanes queries at a time, with no cross-lane reductions. The five
+// over keys are vertical, Lanes queries at a time, with no cross-lane reductions. The four
 // products are one register-blocked primitive, RowsTimesMatrix (R output rows × V vectors of
 // accumulators, one broadcast coefficient times one matrix row per step), with different
 // strides:
