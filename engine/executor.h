@@ -105,8 +105,9 @@ class Executor final : public RunContext {
 
  public:
   // Per-node time (for performance work): while profiling is on, thread 0 of each run
-  // timestamps every node; a node's time includes the barrier wait before the next one, so
-  // with several threads it shows load imbalance too. Off by default (then nothing is
+  // timestamps every node; a node's time includes any barrier wait before it (thread 0
+  // waiting for the others to finish earlier nodes), so with several threads load imbalance
+  // shows up on the node after it. Off by default (then nothing is
   // measured). Turning it on starts a new record, or with keep_record continues the last one
   // (e.g. to time only the training steps between evaluations); turning it off stops
   // recording and keeps the record readable.
