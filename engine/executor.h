@@ -118,8 +118,9 @@ class Executor final : public RunContext {
     std::string what;      // "linear_backward 'dy' [64, 10, 32]" style description
     double seconds = 0;    // summed over the profiled runs
   };
-  // Summed times of every node (and the gradient zeroing, as node index -1 folded into the
-  // first node, and the optimizer) over the runs since profiling was turned on.
+  // Summed times of every node over the runs of the current record, then the optimizer
+  // update (index nodes().size()); the gradient zeroing a backward run starts with is
+  // charged to the run's first node.
   std::vector<NodeTime> node_times() const;
   int64_t profiled_runs() const { return profiled_runs_; }
   // A table of node_times() by op and shapes, slowest first, with each line's share of the
