@@ -2,7 +2,7 @@
 // Executor::train_step) at each lesson's batch size, 1 and 2 threads.
 //
 //   bench_train_step [--batch=N] [--models=neighbor-sum,duplicates,reversal,reversal-large]
-//                    [--threads=1,2] [--adaptive=0|1] [--profile=STEPS]
+//                    [--threads=1,2] [--adaptive=0|1] [--fold=0|1] [--profile=STEPS]
 //                    [Google Benchmark flags, e.g. --benchmark_min_time=0.5]
 //
 // The default models are the three lessons and "reversal-large", issue 4's compute-bound
@@ -10,7 +10,9 @@
 // with hidden 4D, batch 32, Adam lr 1e-3, target = the reversed sequence; ~0.1-0.5 s a step).
 // --batch overrides every model's batch (64 / 64 / 32 / 32). --adaptive=0 turns off the
 // executor's adaptive thread use (ExecutorOptions::adaptive_threads), so that N threads are
-// really N threads every step. --profile=STEPS runs that many steps of each model with the
+// really N threads every step. --fold=0 builds the textbook graph, without folding the
+// projections of embedding lookups into the tables (see linear() in engine/modules.h).
+// --profile=STEPS runs that many steps of each model with the
 // executor's per-node timing on and prints the slowest nodes instead of benchmarking.
 // Token batches (with the task's true targets) are generated before timing; a few distinct
 // batches are cycled.
@@ -62,6 +64,13 @@ void targets_for(const ModelConfig& c, const int32_t* x, int32_t* y) {
 
 constexpr int kDistinctBatches = 4;
 bool g_adaptive = true;
+bool g_fold = true;
+
+ModelConfig bench_config(const std::string& task) {
+  ModelConfig c = lesson_config(task);
+  c.fold_embedding_projections = g_fold;
+  return c;
+}
 
 // One lesson model ready to train: its executor, Adam, and a few token batches to cycle.
 struct StepRunner {
@@ -74,7 +83,7 @@ struct StepRunner {
   int b = 0;
 
   StepRunner(const std::string& task, int threads, int64_t batch)
-      : c(lesson_config(task)), m(build_model(c, batch)) {
+      : c(bench_config(task)), m(build_model(c, batch)) {
     ExecutorOptions options;
     options.threads = threads;
     options.seed = 1;
@@ -168,6 +177,8 @@ int main(int argc, char** argv) {
       }
     } else if (take_flag(argc, argv, i, "--adaptive", &v)) {
       g_adaptive = v != "0";
+    } else if (take_flag(argc, argv, i, "--fold", &v)) {
+      g_fold = v != "0";
     } else if (take_flag(argc, argv, i, "--profile", &v)) {
       profile_steps = std::atoi(v.c_str());
       if (profile_steps <= 0) {

@@ -72,6 +72,13 @@ TensorId Graph::find(const std::string& name) const {
   return kNoTensor;
 }
 
+int64_t Graph::producer(TensorId t) const {
+  for (size_t i = nodes_.size(); i-- > 0;)
+    for (TensorId o : nodes_[i].out)
+      if (o == t) return static_cast<int64_t>(i);
+  return -1;
+}
+
 Tensor Graph::input(const std::string& name, Shape per_sample, DType dtype) {
   if (has_backward()) throw ShapeError("graph: input '" + name + "' added after backward()");
   if (find(name) != kNoTensor) throw ShapeError("graph: a tensor named '" + name + "' already exists");

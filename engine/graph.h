@@ -114,6 +114,13 @@ class Graph {
   int64_t param_count() const { return param_elements_; }
   const std::vector<int32_t>& const_data() const { return const_data_; }
   TensorId find(const std::string& name) const;  // kNoTensor when absent
+  // Index of the node that writes t, or -1 (inputs, parameters, constants).
+  int64_t producer(TensorId t) const;
+
+  // Whether linear() may fold a projection of embedding lookups into a lookup of projected
+  // tables (see modules.h). On by default; off gives the textbook graph, e.g. to measure.
+  bool fold_embedding_projections() const { return fold_embedding_projections_; }
+  void set_fold_embedding_projections(bool on) { fold_embedding_projections_ = on; }
 
   // "tok(ids) [64, 10, 32]": a tensor named for error messages.
   std::string describe(TensorId id) const;
@@ -126,6 +133,7 @@ class Graph {
   std::vector<int32_t> const_data_;
   int64_t param_elements_ = 0;
   size_t forward_nodes_ = 0;
+  bool fold_embedding_projections_ = true;
 };
 
 }  // namespace attnkit

@@ -1,6 +1,7 @@
 #include "engine/modules.h"
 #include "engine/op_table.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -20,9 +21,47 @@ Linear::Linear(Graph& g, const std::string& name, int64_t in, int64_t out, bool 
   if (with_bias) bias = g.parameter(name + ".bias", {out}, Init::kZeros);
 }
 
-Tensor Linear::operator()(Tensor x) const {
-  return weight.graph().apply(OpKind::kLinear, {x.id(), weight.id(), bias.valid() ? bias.id() : kNoTensor})[0];
+namespace {
+
+Tensor plain_linear(Graph& g, TensorId x, const Tensor& w, const Tensor& b) {
+  return g.apply(OpKind::kLinear, {x, w.id(), b.valid() ? b.id() : kNoTensor})[0];
 }
+
+// Rows the product x·W costs when folded into x's embedding tables (at most x's own rows).
+int64_t folded_rows(const Graph& g, TensorId x, int depth) {
+  const TensorDesc& d = g.tensor(x);
+  const int64_t rows = d.shape.rows();
+  const int64_t p = g.producer(x);
+  if (p < 0 || depth > 8) return rows;
+  const Node& n = g.nodes()[static_cast<size_t>(p)];
+  if (n.op == OpKind::kEmbedding) return std::min(rows, g.tensor(n.in[0]).shape[0]);
+  if (n.op == OpKind::kAdd)
+    return std::min(rows, folded_rows(g, n.in[0], depth + 1) + folded_rows(g, n.in[1], depth + 1));
+  return rows;
+}
+
+Tensor folded_linear(Graph& g, TensorId x, const Tensor& w, const Tensor& b, int depth) {
+  if (folded_rows(g, x, depth) >= g.tensor(x).shape.rows()) return plain_linear(g, x, w, b);
+  const Node n = g.nodes()[static_cast<size_t>(g.producer(x))];  // a copy: apply() appends
+  if (n.op == OpKind::kEmbedding) {  // table[ids]·W + b = (table·W + b)[ids]
+    const Tensor projected = plain_linear(g, n.in[0], w, b);
+    return g.apply(OpKind::kEmbedding, {projected.id(), n.in[1]})[0];
+  }
+  // (a + c)·W + b = (a·W + b) + c·W; a is the full-shape operand, c may broadcast.
+  return folded_linear(g, n.in[0], w, b, depth + 1) + folded_linear(g, n.in[1], w, Tensor(), depth + 1);
+}
+
+}  // namespace
+
+Tensor linear(Tensor x, Tensor weight, Tensor bias) {
+  Graph& g = weight.graph();
+  if (x.valid() && &x.graph() == &g && g.fold_embedding_projections() && x.desc().dtype == DType::kF32 &&
+      weight.shape().rank == 2 && x.shape().last() == weight.shape()[0])
+    return folded_linear(g, x.id(), weight, bias, 0);
+  return plain_linear(g, x.id(), weight, bias);
+}
+
+Tensor Linear::operator()(Tensor x) const { return linear(x, weight, bias); }
 
 Tensor ReLU::operator()(Tensor x) const { return x.graph().apply(OpKind::kRelu, {x.id()})[0]; }
 

@@ -24,6 +24,14 @@ class Embedding {
   Tensor weight;  // [vocab, dim]
 };
 
+// x·W (+ b), W [in, out]. When x is an embedding lookup table[ids] — or a sum of lookups and
+// small unbatched tensors, like tok(ids) + pos(arange(T)) — and the tables have fewer rows
+// than x, the product is folded into the tables (exact algebra, other rounding):
+//   table[ids]·W + b = (table·W + b)[ids],   (a + c)·W + b = (a·W + b) + c·W,
+// so it costs vocab rows instead of batch × T rows, forward and backward. Graphs with
+// fold_embedding_projections() off, or where the tables are not smaller, get the plain product.
+Tensor linear(Tensor x, Tensor weight, Tensor bias = {});
+
 class Linear {
  public:
   Linear(Graph& g, const std::string& name, int64_t in, int64_t out, bool bias = true,

@@ -23,23 +23,21 @@ void embedding_run(const RunContext& c, const Node& n, Slice s) {
                     ts[0], ts[1], s);
 }
 
-// Backward node: in (ids, dy); out dtable (a parameter gradient: always added).
+// Backward node: in (ids, dy); out dtable: a parameter's gradient, or the gradient of a
+// computed table (a projected one, see linear() in modules.cc).
 void embedding_differentiate(Autodiff& ad, const Node& n) {
   Node b;
   b.op = OpKind::kEmbeddingBackward;
   b.in = {n.in[1], ad.grad(n.out[0])};
   b.backward = true;
   set_out_accumulate(b, 0, ad.contribute(n.in[0]));
-  if (b.out[0] == kNoTensor) return;
-  if (ad.graph().tensor(b.out[0]).storage != Storage::kParamGrad)
-    throw ShapeError("embedding: the table must be a parameter to be differentiated");
-  ad.graph().add_node(std::move(b));
+  if (b.out[0] != kNoTensor) ad.graph().add_node(std::move(b));
 }
 
 void embedding_backward_run(const RunContext& c, const Node& n, Slice s) {
   const Shape ts = c.shape(n.out[0]);
   embedding_backward(c.i32(n.in[0]), c.f32(n.in[1]), c.f32(n.out[0]), c.shape(n.in[0]).numel(),
-                     ts[0], ts[1], s);
+                     ts[0], ts[1], s, n.accumulates(0));
 }
 
 void no_build(Graph&, Node&) {}

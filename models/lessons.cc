@@ -59,6 +59,7 @@ Model build_model(const ModelConfig& c, int64_t max_batch, bool with_backward) {
   m.config = c;
   m.graph = std::make_unique<Graph>(max_batch);
   Graph& g = *m.graph;
+  g.set_fold_embedding_projections(c.fold_embedding_projections);
   m.ids = g.input("ids", {c.seq_len}, DType::kI32);
   m.targets = g.input("targets", {c.seq_len}, DType::kI32);
 

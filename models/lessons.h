@@ -31,6 +31,10 @@ struct ModelConfig {
   // width (Linear–ReLU–Linear).
   bool pre_norm = false;
   int64_t block_mlp = 0;
+  // How the graph computes, not what: projections of embedding lookups are folded into the
+  // tables (Graph::fold_embedding_projections, see linear() in engine/modules.h). Not saved
+  // in checkpoints; turning it off changes only rounding.
+  bool fold_embedding_projections = true;
 };
 
 // The lesson's configuration of a task (throws Error for an unknown task). Besides the three

@@ -1,5 +1,6 @@
 // Embedding gather and scatter-add.
 #include <cstdint>
+#include <cstring>
 
 #include "ops/embedding.h"
 
@@ -28,9 +29,10 @@ void EmbeddingForward(const float* table, const int32_t* ids, float* y, int64_t 
 // In the forward pass row ids[i] was copied to y[i]: its gradient is the sum of those dy rows.
 // Every slice scans all ids in order and only adds to the table rows it owns.
 void EmbeddingBackward(const int32_t* ids, const float* dy, float* dtable, int64_t n,
-                       int64_t vocab, int64_t dim, Slice s) {
+                       int64_t vocab, int64_t dim, Slice s, bool accumulate) {
   const DF d;
   const auto [v0, v1] = slice_range(vocab, s);
+  if (!accumulate && v1 > v0) std::memset(dtable + v0 * dim, 0, static_cast<size_t>((v1 - v0) * dim) * sizeof(float));
   for (int64_t i = 0; i < n; ++i) {
     const int64_t id = ids[i];
     if (id < v0 || id >= v1) continue;
@@ -56,8 +58,8 @@ void embedding_forward(const float* table, const int32_t* ids, float* y, int64_t
   HWY_DYNAMIC_DISPATCH(EmbeddingForward)(table, ids, y, n, vocab, d, s);
 }
 void embedding_backward(const int32_t* ids, const float* dy, float* dtable, int64_t n,
-                        int64_t vocab, int64_t d, Slice s) {
-  HWY_DYNAMIC_DISPATCH(EmbeddingBackward)(ids, dy, dtable, n, vocab, d, s);
+                        int64_t vocab, int64_t d, Slice s, bool accumulate) {
+  HWY_DYNAMIC_DISPATCH(EmbeddingBackward)(ids, dy, dtable, n, vocab, d, s, accumulate);
 }
 }  // namespace attnkit
 #endif

@@ -12,10 +12,11 @@ namespace attnkit {
 void embedding_forward(const float* table, const int32_t* ids, float* y, int64_t n,
                        int64_t vocab, int64_t d, Slice s = {});
 
-// dtable[ids[i], :] += dy[i, :] (always accumulates). Slices split the vocabulary rows:
-// each thread scans all ids in order and adds only rows it owns, so results are the same
-// whatever the thread count and no two threads write the same row.
+// dtable[ids[i], :] += dy[i, :]; with accumulate = false dtable is zeroed first (rows of ids
+// that never occur end up 0). Slices split the vocabulary rows: each thread scans all ids in
+// order and adds only rows it owns, so results are the same whatever the thread count and no
+// two threads write the same row.
 void embedding_backward(const int32_t* ids, const float* dy, float* dtable, int64_t n,
-                        int64_t vocab, int64_t d, Slice s = {});
+                        int64_t vocab, int64_t d, Slice s = {}, bool accumulate = true);
 
 }  // namespace attnkit

@@ -74,8 +74,10 @@ std::vector<ModelConfig> configs_under_test() {
 }
 
 TEST_CASE("lesson model losses match a double reference and gradients match finite differences") {
-  for (const ModelConfig& c : configs_under_test()) {
-    SECTION(c.task) {
+  for (ModelConfig c : configs_under_test()) {
+   for (const bool fold : {true, false}) {  // projections of lookups folded into the tables, or not
+    c.fold_embedding_projections = fold;
+    SECTION(c.task + (fold ? "" : " (unfolded)")) {
       const int64_t batch = 3;
       Model m = build_model(c, batch);
       Executor ex(*m.graph, {1, 7});
@@ -111,7 +113,54 @@ TEST_CASE("lesson model losses match a double reference and gradients match fini
         }
       }
     }
+   }
   }
+}
+
+// Forward nodes of op kind `op` whose first input has more than `rows` rows.
+int count_products_over(const Graph& g, int64_t rows) {
+  int n = 0;
+  for (size_t i = 0; i < g.forward_nodes(); ++i) {
+    const Node& node = g.nodes()[i];
+    if (node.op == OpKind::kLinear && g.tensor(node.in[0]).shape.rows() > rows) ++n;
+  }
+  return n;
+}
+
+TEST_CASE("projections of embedding lookups are folded into the tables: same loss and gradients") {
+  for (const char* task : {"neighbor-sum", "duplicates", "reversal"}) {
+    INFO(task);
+    ModelConfig c = lesson_config(task);
+    const int64_t batch = 8;
+    std::vector<int32_t> ids, targets;
+    Rng rng(5);
+    fill_batch(c, rng, batch, ids, targets);
+    std::vector<float> loss(2), grads[2];
+    for (int fold = 0; fold < 2; ++fold) {
+      c.fold_embedding_projections = fold == 1;
+      Model m = build_model(c, batch);
+      // Folded: Q, K and V are computed from the (vocab-row) tables, so only the output
+      // projection and the head multiply batch × T rows; unfolded, all of them do.
+      const int batch_products = count_products_over(*m.graph, c.vocab + c.seq_len);
+      CHECK(batch_products == (fold ? 1 : 4) + (c.head == HeadKind::kMlp ? 2 : 1));
+      Executor ex(*m.graph, {1, 7});
+      load(ex, m, ids, targets);
+      ex.train_step(nullptr);
+      loss[fold] = ex.f32(m.loss.id())[0];
+      grads[fold].assign(ex.grads(), ex.grads() + ex.param_count());
+    }
+    REQUIRE(loss[1] == Approx(loss[0]).epsilon(1e-5));
+    float scale = 0;
+    for (float v : grads[0]) scale = std::max(scale, std::abs(v));
+    for (size_t i = 0; i < grads[0].size(); ++i) {
+      INFO("gradient element " << i);
+      REQUIRE(std::abs(grads[1][i] - grads[0][i]) <= 1e-5f * scale);
+    }
+  }
+  // Not folded where the tables are not smaller than the batch: 1 sequence of 10 tokens
+  // against 10 token + 10 position rows.
+  Model small = build_model(lesson_config("neighbor-sum"), 1);
+  CHECK(count_products_over(*small.graph, 9) == 6);
 }
 
 TEST_CASE("memory plan: no live overlap and arena within 5% of the liveness lower bound") {

@@ -196,6 +196,17 @@ TEST_CASE("embedding gather and scatter-add", "[embedding]") {
       require_slice_invariant(std::vector<float>(vocab * d, 0.5f), [&](float* out, Slice s) {
         attnkit::embedding_backward(ids.data(), w.data(), out, n, vocab, d, s);
       });
+      // Overwriting (a computed table's gradient): the same sums without the old 0.5, and 0
+      // for rows no id selects (row 10 is made absent).
+      for (auto& id : ids) id = id == 10 ? 0 : id;
+      std::vector<float> acc(vocab * d, 0.0f), over(vocab * d, kNaN);
+      attnkit::embedding_backward(ids.data(), w.data(), acc.data(), n, vocab, d);
+      attnkit::embedding_backward(ids.data(), w.data(), over.data(), n, vocab, d, {}, false);
+      REQUIRE(std::memcmp(acc.data(), over.data(), acc.size() * sizeof(float)) == 0);
+      for (int64_t j = 0; j < d; ++j) REQUIRE(over[10 * d + j] == 0.0f);
+      require_slice_invariant(std::vector<float>(vocab * d, kNaN), [&](float* out, Slice s) {
+        attnkit::embedding_backward(ids.data(), w.data(), out, n, vocab, d, s, false);
+      });
     }
   });
 }
