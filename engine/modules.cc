@@ -34,7 +34,10 @@ int64_t folded_rows(const Graph& g, TensorId x, int depth) {
   const int64_t p = g.producer(x);
   if (p < 0 || depth > 8) return rows;
   const Node& n = g.nodes()[static_cast<size_t>(p)];
-  if (n.op == OpKind::kEmbedding) return std::min(rows, g.tensor(n.in[0]).shape[0]);
+  if (n.op == OpKind::kEmbedding) {
+    const int64_t addend = n.in.size() > 2 && n.in[2] != kNoTensor ? folded_rows(g, n.in[2], depth + 1) : 0;
+    return std::min(rows, g.tensor(n.in[0]).shape[0] + addend);
+  }
   if (n.op == OpKind::kAdd)
     return std::min(rows, folded_rows(g, n.in[0], depth + 1) + folded_rows(g, n.in[1], depth + 1));
   return rows;
@@ -43,11 +46,23 @@ int64_t folded_rows(const Graph& g, TensorId x, int depth) {
 Tensor folded_linear(Graph& g, TensorId x, const Tensor& w, const Tensor& b, int depth) {
   if (folded_rows(g, x, depth) >= g.tensor(x).shape.rows()) return plain_linear(g, x, w, b);
   const Node n = g.nodes()[static_cast<size_t>(g.producer(x))];  // a copy: apply() appends
-  if (n.op == OpKind::kEmbedding) {  // table[ids]·W + b = (table·W + b)[ids]
+  if (n.op == OpKind::kEmbedding) {  // table[ids]·W + b = (table·W + b)[ids] (+ addend·W)
     const Tensor projected = plain_linear(g, n.in[0], w, b);
-    return g.apply(OpKind::kEmbedding, {projected.id(), n.in[1]})[0];
+    const TensorId addend = n.in[2] != kNoTensor ? folded_linear(g, n.in[2], w, Tensor(), depth + 1).id() : kNoTensor;
+    return g.apply(OpKind::kEmbedding, {projected.id(), n.in[1], addend})[0];
   }
   // (a + c)·W + b = (a·W + b) + c·W; a is the full-shape operand, c may broadcast.
+  const TensorDesc& c = g.tensor(n.in[1]);
+  const int64_t pa = g.producer(n.in[0]);
+  if (!c.batched && pa >= 0 && g.nodes()[static_cast<size_t>(pa)].op == OpKind::kEmbedding &&
+      g.nodes()[static_cast<size_t>(pa)].in[2] == kNoTensor &&
+      folded_rows(g, n.in[0], depth + 1) < g.tensor(n.in[0]).shape.rows()) {
+    // a = table[ids]: one lookup adds c·W on the way, (table·W + b)[ids] + c·W.
+    const Node lookup = g.nodes()[static_cast<size_t>(pa)];
+    const Tensor projected = plain_linear(g, lookup.in[0], w, b);
+    const Tensor addend = folded_linear(g, n.in[1], w, Tensor(), depth + 1);
+    return g.apply(OpKind::kEmbedding, {projected.id(), lookup.in[1], addend.id()})[0];
+  }
   return folded_linear(g, n.in[0], w, b, depth + 1) + folded_linear(g, n.in[1], w, Tensor(), depth + 1);
 }
 

@@ -1,4 +1,5 @@
-// Embedding: y[..., :] = table[ids[...], :]; its backward scatter-adds into the table's grad.
+// Embedding: y[..., :] = table[ids[...], :] (+ an optional addend broadcast over the leading
+// dims); its backward scatter-adds into the table's grad.
 #include "engine/op_table.h"
 #include "ops/embedding.h"
 
@@ -14,18 +15,31 @@ void embedding_build(Graph& g, Node& n) {
     shape_error(g, "embedding", "ids must be int32 with at most 3 dims", {n.in[1]});
   Shape ys = ids.shape;
   ys.dims[ys.rank++] = table.shape[1];
-  n.out = {g.new_tensor(table.name + "(" + ids.name + ")", DType::kF32, ys, ids.batched)};
+  std::string name = table.name + "(" + ids.name + ")";
+  if (n.in.size() == 2) n.in.push_back(kNoTensor);
+  if (n.in.size() != 3) shape_error(g, "embedding", "needs a table, ids and an optional addend", {});
+  if (n.in[2] != kNoTensor) {  // y[..., :] = table[ids[...], :] + addend (over ys's trailing dims)
+    const TensorDesc& a = g.tensor(n.in[2]);
+    bool ok = a.dtype == DType::kF32 && !a.batched && a.shape.rank <= ys.rank;
+    for (int i = 1; ok && i <= a.shape.rank; ++i) ok = a.shape[-i] == ys[-i];
+    if (!ok) shape_error(g, "embedding", "the addend must be float and match the output's trailing dims " + ys.str(), {n.in[0], n.in[2]});
+    name += "+" + a.name;
+  }
+  n.out = {g.new_tensor(name, DType::kF32, ys, ids.batched)};
 }
 
 void embedding_run(const RunContext& c, const Node& n, Slice s) {
   const Shape ts = c.shape(n.in[0]);
+  const bool add = n.in[2] != kNoTensor;
   embedding_forward(c.f32(n.in[0]), c.i32(n.in[1]), c.f32(n.out[0]), c.shape(n.in[1]).numel(),
-                    ts[0], ts[1], s);
+                    ts[0], ts[1], s, add ? c.f32(n.in[2]) : nullptr, add ? c.shape(n.in[2]).rows() : 0);
 }
 
 // Backward node: in (ids, dy); out dtable: a parameter's gradient, or the gradient of a
-// computed table (a projected one, see linear() in modules.cc).
+// computed table (a projected one, see linear() in modules.cc). The addend's gradient is
+// dy summed over the broadcast dims.
 void embedding_differentiate(Autodiff& ad, const Node& n) {
+  if (n.in[2] != kNoTensor) ad.pass_through(n.in[2], ad.grad(n.out[0]));
   Node b;
   b.op = OpKind::kEmbeddingBackward;
   b.in = {n.in[1], ad.grad(n.out[0])};

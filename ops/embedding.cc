@@ -17,12 +17,24 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 
 void EmbeddingForward(const float* table, const int32_t* ids, float* y, int64_t n,
-                      int64_t vocab, int64_t dim, Slice s) {
+                      int64_t vocab, int64_t dim, const float* addend, int64_t addend_rows, Slice s) {
   const DF d;
   const auto [i0, i1] = slice_range(n, s);
+  if (!addend) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* row = table + static_cast<int64_t>(ids[i]) * dim;
+      ForEachVector(d, y + i * dim, 0, dim, [&](int64_t j, size_t m) { return LoadUpTo(d, row + j, m); });
+    }
+    return;
+  }
+  int64_t a = addend_rows > 0 ? i0 % addend_rows : 0;
   for (int64_t i = i0; i < i1; ++i) {
     const float* row = table + static_cast<int64_t>(ids[i]) * dim;
-    ForEachVector(d, y + i * dim, 0, dim, [&](int64_t j, size_t m) { return LoadUpTo(d, row + j, m); });
+    const float* add = addend + a * dim;
+    ForEachVector(d, y + i * dim, 0, dim, [&](int64_t j, size_t m) {
+      return hn::Add(LoadUpTo(d, row + j, m), LoadUpTo(d, add + j, m));
+    });
+    if (++a == addend_rows) a = 0;
   }
 }
 
@@ -54,8 +66,8 @@ HWY_EXPORT(EmbeddingForward);
 HWY_EXPORT(EmbeddingBackward);
 
 void embedding_forward(const float* table, const int32_t* ids, float* y, int64_t n,
-                       int64_t vocab, int64_t d, Slice s) {
-  HWY_DYNAMIC_DISPATCH(EmbeddingForward)(table, ids, y, n, vocab, d, s);
+                       int64_t vocab, int64_t d, Slice s, const float* addend, int64_t addend_rows) {
+  HWY_DYNAMIC_DISPATCH(EmbeddingForward)(table, ids, y, n, vocab, d, addend, addend_rows, s);
 }
 void embedding_backward(const int32_t* ids, const float* dy, float* dtable, int64_t n,
                         int64_t vocab, int64_t d, Slice s, bool accumulate) {

@@ -8,9 +8,11 @@ namespace attnkit {
 
 // y[i, :] = table[ids[i], :] for i < n; table is [vocab, d]. Ids must be in [0, vocab)
 // (callers validate user input first; out-of-range ids here are a programming error).
-// Slices split the n rows.
+// Slices split the n rows. With an addend [addend_rows, d], row i also gets
+// addend[i mod addend_rows] added (e.g. a position table under token lookups).
 void embedding_forward(const float* table, const int32_t* ids, float* y, int64_t n,
-                       int64_t vocab, int64_t d, Slice s = {});
+                       int64_t vocab, int64_t d, Slice s = {}, const float* addend = nullptr,
+                       int64_t addend_rows = 0);
 
 // dtable[ids[i], :] += dy[i, :]; with accumulate = false dtable is zeroed first (rows of ids
 // that never occur end up 0). Slices split the vocabulary rows: each thread scans all ids in

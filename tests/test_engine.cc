@@ -143,6 +143,11 @@ TEST_CASE("projections of embedding lookups are folded into the tables: same los
       // projection and the head multiply batch × T rows; unfolded, all of them do.
       const int batch_products = count_products_over(*m.graph, c.vocab + c.seq_len);
       CHECK(batch_products == (fold ? 1 : 4) + (c.head == HeadKind::kMlp ? 2 : 1));
+      // With positions, each folded lookup adds the projected position table on the way.
+      int lookups_with_addend = 0;
+      for (const Node& node : m.graph->nodes())
+        lookups_with_addend += node.op == OpKind::kEmbedding && node.in[2] != kNoTensor;
+      CHECK(lookups_with_addend == (fold && c.positions ? 3 : 0));
       Executor ex(*m.graph, {1, 7});
       load(ex, m, ids, targets);
       ex.train_step(nullptr);

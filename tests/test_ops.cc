@@ -177,6 +177,14 @@ TEST_CASE("embedding gather and scatter-add", "[embedding]") {
       require_slice_invariant(std::vector<float>(n * d, kNaN), [&](float* out, Slice s) {
         attnkit::embedding_forward(table.data(), ids.data(), out, n, vocab, d, s);
       });
+      // With an addend of 5 rows under the 23 (a position table under token lookups).
+      const auto addend = random_vector(5 * d, rng);
+      attnkit::embedding_forward(table.data(), ids.data(), y.data(), n, vocab, d, {}, addend.data(), 5);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < d; ++j) REQUIRE(y[i * d + j] == table[ids[i] * d + j] + addend[(i % 5) * d + j]);
+      require_slice_invariant(std::vector<float>(n * d, kNaN), [&](float* out, Slice s) {
+        attnkit::embedding_forward(table.data(), ids.data(), out, n, vocab, d, s, addend.data(), 5);
+      });
 
       const auto w = random_vector(n * d, rng);  // f = Σ y·w
       std::vector<float> dtable(vocab * d, 0.5f);
