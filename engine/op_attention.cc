@@ -112,7 +112,8 @@ void attention_products(const RunContext& c, const Node& n, int64_t p0, int64_t 
   const float *q = c.f32(n.in[0]), *k = c.f32(n.in[1]), *v = c.f32(n.in[2]);
   float *y = c.f32(n.out[0]), *probs = c.f32(n.out[1]);
   const int64_t tt = m.tq * m.tk;
-  for (int64_t p = p0; p < p1; ++p) {  // scores Q·Kᵀ straight into the probabilities
+  const bool short_dims_fit = attention_short_scores(q, k, probs, short_dims(m), p0, p1);
+  for (int64_t p = p0; p < p1 && !short_dims_fit; ++p) {  // scores Q·Kᵀ straight into the probabilities
     const int64_t b = p / m.h, h = p % m.h;
     sgemm_slice(false, true, m.tq, m.tk, m.dh, 1.0f, q + b * m.tq * m.d + h * m.dh, m.d,
                 k + b * m.tk * m.d + h * m.dh, m.d, 0.0f, probs + p * tt, m.tk, Slice{});
@@ -120,6 +121,7 @@ void attention_products(const RunContext& c, const Node& n, int64_t p0, int64_t 
   for_each_mask_run(c, n, n.in[3], m, p0, p1, [&](int64_t r0, int64_t r1, const SoftmaxMask& mask) {
     softmax_forward(probs + r0 * tt, probs + r0 * tt, r1 - r0, m.tq, m.tk, n.attrs.scale, mask);
   });
+  if (short_dims_fit && attention_short_values(probs, v, y, short_dims(m), p0, p1)) return;
   for (int64_t p = p0; p < p1; ++p) {  // y = P·V
     const int64_t b = p / m.h, h = p % m.h;
     sgemm_slice(false, false, m.tq, m.dvh, m.tk, 1.0f, probs + p * tt, m.tk,

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "ops/softmax.h"
 
@@ -197,6 +198,37 @@ bool AttentionShortBackward(const float* q, const float* k, const float* v, cons
   return true;
 }
 
+// The forward's two products per (batch, head), without a GEMM call each: S = Q·Kᵀ with Kᵀ
+// transposed into a stack tile (keys are lanes), and y = P·V.
+bool AttentionShortScores(const float* q, const float* k, float* scores, const AttentionDims& m,
+                          int64_t p0, int64_t p1) {
+  if (!Fits(m)) return false;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  const int64_t tkp = (m.tk + N - 1) / N * N, tt = m.tq * m.tk;
+  HWY_ALIGN float kt[kMaxHeadDim * kMaxKeys];  // Kᵀ of the head, [dh, tkp]
+  HWY_ALIGN float st[kMaxQueries * kMaxKeys];  // S with padded rows, [tq, tkp]
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t b = p / m.heads, h = p % m.heads;
+    TransposeTile(k + b * m.tk * m.d + h * m.dh, m.d, m.tk, m.dh, kt, tkp, tkp);
+    RowsTimesMatrix(m.tq, tkp / N, q + b * m.tq * m.d + h * m.dh, m.d, 1, m.dh, kt, tkp, st, tkp, false);
+    float* out = scores + p * tt;
+    for (int64_t i = 0; i < m.tq; ++i) std::memcpy(out + i * m.tk, st + i * tkp, static_cast<size_t>(m.tk) * 4);
+  }
+  return true;
+}
+
+bool AttentionShortValues(const float* probs, const float* v, float* y, const AttentionDims& m,
+                          int64_t p0, int64_t p1) {
+  if (!Fits(m)) return false;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t b = p / m.heads, h = p % m.heads;
+    RowsTimesMatrix(m.tq, m.dvh / N, probs + p * m.tq * m.tk, m.tk, 1, m.tk, v + b * m.tk * m.dv + h * m.dvh,
+                    m.dv, y + b * m.tq * m.dv + h * m.dvh, m.dv, false);
+  }
+  return true;
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace attnkit
 HWY_AFTER_NAMESPACE();
@@ -204,6 +236,17 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace attnkit {
 HWY_EXPORT(AttentionShortBackward);
+HWY_EXPORT(AttentionShortScores);
+HWY_EXPORT(AttentionShortValues);
+
+bool attention_short_scores(const float* q, const float* k, float* scores, const AttentionDims& m,
+                            int64_t p0, int64_t p1) {
+  return HWY_DYNAMIC_DISPATCH(AttentionShortScores)(q, k, scores, m, p0, p1);
+}
+bool attention_short_values(const float* probs, const float* v, float* y, const AttentionDims& m,
+                            int64_t p0, int64_t p1) {
+  return HWY_DYNAMIC_DISPATCH(AttentionShortValues)(probs, v, y, m, p0, p1);
+}
 
 bool attention_short_backward(const float* q, const float* k, const float* v, const float* probs,
                               const float* dy, float* dq, float* dk, float* dv, bool accumulate_q,

@@ -1,4 +1,4 @@
-// Fused attention backward for short sequences (the lessons' handful of tokens): for each
+// Fused attention backward (and the forward's products) for short sequences (the lessons' handful of tokens): for each
 // (batch, head) product, dP, the softmax backward and the products for dq, dk, dv stay in
 // registers and a few KB of stack, with no GEMM calls. On the lesson models the GEMM-per-
 // product path spent more time in call overhead and tiny-matrix edges than in arithmetic.
@@ -35,5 +35,13 @@ bool attention_short_backward(const float* q, const float* k, const float* v, co
                               const float* dy, float* dq, float* dk, float* dv, bool accumulate_q,
                               bool accumulate_k, bool accumulate_v, const AttentionDims& m,
                               const AttentionMasking& mk, int64_t p0, int64_t p1);
+
+// The forward's products for the same short dims (returning false, doing nothing, outside
+// them): scores = Q·Kᵀ unscaled into [B, H, tq, tk] (softmax_forward then scales and masks
+// them in place), and y = probs·V (y overwritten), for products [p0, p1).
+bool attention_short_scores(const float* q, const float* k, float* scores, const AttentionDims& m,
+                            int64_t p0, int64_t p1);
+bool attention_short_values(const float* probs, const float* v, float* y, const AttentionDims& m,
+                            int64_t p0, int64_t p1);
 
 }  // namespace attnkit

@@ -1,5 +1,5 @@
-// The fused short-sequence attention backward (ops/attention.h) against a double-precision
-// reference: dq/dk/dv (overwrite and accumulate, absent ones), masks (padding flags, causal, a
+// The fused short-sequence attention backward and the forward's products (ops/attention.h)
+// against a double-precision reference: dq/dk/dv (overwrite and accumulate, absent ones), masks (padding flags, causal, a
 // fully masked row), several head sizes, every SIMD target, and the limits where it hands the
 // work back to the general path.
 #include <catch2/catch.hpp>
@@ -182,6 +182,57 @@ TEST_CASE("short attention backward matches a double reference") {
   });
 }
 
+TEST_CASE("short attention forward products match a double reference") {
+  test::for_each_simd_target([](const std::string& target) {
+    Rng rng(12);
+    const Case cases[] = {
+        {4, 2, 10, 10, 16, 16, 0}, {4, 1, 10, 10, 32, 32, 0}, {3, 1, 8, 8, 32, 32, 0},
+        {3, 2, 7, 13, 16, 32, 0},  {2, 1, 1, 1, 16, 16, 0},   {2, 4, 64, 16, 16, 16, 0},
+        {2, 1, 5, 3, 64, 64, 0},
+    };
+    for (const Case& c : cases) {
+      INFO("b " << c.b << " h " << c.h << " tq " << c.tq << " tk " << c.tk << " dh " << c.dh << " dvh " << c.dvh);
+      Data x = make(c, rng);
+      const AttentionDims& m = x.m;
+      const int64_t products = c.b * c.h, tt = c.tq * c.tk, n = lanes_of(target);
+      std::vector<float> probs(static_cast<size_t>(products * tt));
+      for (auto& e : probs) e = static_cast<float>(rng.uniform());
+      std::vector<float> scores(probs.size(), NAN), y(static_cast<size_t>(c.b * c.tq * m.dv), NAN);
+      if (c.dh % n != 0 || c.dvh % n != 0 || c.dh / n > 8 || c.dvh / n > 8 || (c.tq + n - 1) / n > 8) {
+        REQUIRE_FALSE(attention_short_scores(x.q.data(), x.k.data(), scores.data(), m, 0, products));
+        REQUIRE_FALSE(attention_short_values(probs.data(), x.v.data(), y.data(), m, 0, products));
+        REQUIRE(std::isnan(scores[0]));
+        REQUIRE(std::isnan(y[0]));
+        continue;
+      }
+      // Two ranges of products: results must not depend on the split.
+      for (auto [p0, p1] : {std::pair<int64_t, int64_t>{0, products / 2}, {products / 2, products}}) {
+        REQUIRE(attention_short_scores(x.q.data(), x.k.data(), scores.data(), m, p0, p1));
+        REQUIRE(attention_short_values(probs.data(), x.v.data(), y.data(), m, p0, p1));
+      }
+      for (int64_t b = 0; b < c.b; ++b)
+        for (int64_t h = 0; h < c.h; ++h)
+          for (int64_t i = 0; i < c.tq; ++i) {
+            const int64_t p = b * c.h + h;
+            for (int64_t j = 0; j < c.tk; ++j) {
+              double s = 0;
+              for (int64_t e = 0; e < c.dh; ++e)
+                s += double(x.q[size_t((b * c.tq + i) * m.d + h * c.dh + e)]) * x.k[size_t((b * c.tk + j) * m.d + h * c.dh + e)];
+              INFO("score " << p << " " << i << " " << j);
+              REQUIRE(std::abs(scores[size_t(p * tt + i * c.tk + j)] - s) <= 1e-5 + 1e-5 * std::abs(s));
+            }
+            for (int64_t e = 0; e < c.dvh; ++e) {
+              double want = 0;
+              for (int64_t j = 0; j < c.tk; ++j)
+                want += double(probs[size_t(p * tt + i * c.tk + j)]) * x.v[size_t((b * c.tk + j) * m.dv + h * c.dvh + e)];
+              INFO("y " << b << " " << i << " " << h * c.dvh + e);
+              REQUIRE(std::abs(y[size_t((b * c.tq + i) * m.dv + h * c.dvh + e)] - want) <= 1e-5 + 1e-5 * std::abs(want));
+            }
+          }
+    }
+  });
+}
+
 TEST_CASE("short attention hands sequences it does not fit back to the general path") {
   std::vector<float> buf(1 << 16, 1.0f), out(1 << 16, -7.0f);
   const AttentionMasking mk{0.25f, nullptr, false};
@@ -194,6 +245,8 @@ TEST_CASE("short attention hands sequences it does not fit back to the general p
   REQUIRE_FALSE(backward({1, 65, 10, 16, 16, 16, 16}));  // more than 64 queries
   REQUIRE_FALSE(backward({2, 10, 10, 6, 6, 3, 3}));      // heads narrower than a vector
   REQUIRE_FALSE(backward({1, 10, 10, 1024, 1024, 1024, 1024}));  // heads too wide
+  REQUIRE_FALSE(attention_short_scores(buf.data(), buf.data(), out.data(), {1, 10, 17, 16, 16, 16, 16}, 0, 1));
+  REQUIRE_FALSE(attention_short_values(buf.data(), buf.data(), out.data(), {1, 65, 10, 16, 16, 16, 16}, 0, 1));
   for (float x : out) REQUIRE(x == -7.0f);  // nothing written
   REQUIRE(backward({1, 10, 10, 16, 16, 16, 16}));
 }
