@@ -207,7 +207,9 @@ int main(int argc, char** argv) {
         StepRunner run(task, threads, batch);
         run.ex->set_profiling(true);
         for (int k = 0; k < profile_steps; ++k) run.step();
-        std::printf("== %s, batch %lld, %d thread(s): ", task.c_str(), static_cast<long long>(batch), threads);
+        std::printf("== %s, batch %lld, %d thread(s), %zu nodes, %lld barriers per step: ", task.c_str(),
+                    static_cast<long long>(batch), threads, run.m.graph->nodes().size(),
+                    static_cast<long long>(run.ex->barriers_per_step()));
         std::fputs(run.ex->profile_report(1000).c_str(), stdout);
         continue;
       }
