@@ -14,7 +14,10 @@ void ce_build(Graph& g, Node& n) {
             targets.shape.rank + 1 == logits.shape.rank && targets.batched == logits.batched;
   for (int i = 0; ok && i < targets.shape.rank; ++i) ok = targets.shape[i] == logits.shape[i];
   if (!ok) shape_error(g, "cross_entropy", "targets must be int32 with the logits' shape minus the class dim", n.in);
-  n.out = {g.new_tensor("cross_entropy(" + logits.name + ")", DType::kF32, {1}, false)};
+  // out[1]: the softmax probabilities, which the backward turns into the gradient without
+  // exponentials of its own.
+  n.out = {g.new_tensor("cross_entropy(" + logits.name + ")", DType::kF32, {1}, false),
+           g.new_tensor("cross_entropy(" + logits.name + ").probs", DType::kF32, logits.shape, logits.batched)};
   n.scratch = {g.new_tensor("cross_entropy.rows", DType::kF32, targets.shape, targets.batched)};
 }
 
@@ -32,18 +35,19 @@ void ce_run(const RunContext& c, const Node& n, Slice s) {
   const int64_t rows = ls.rows(), classes = ls.last();
   const int32_t* t = c.i32(n.in[1]);
   float* row_loss = c.f32(n.scratch[0]);
-  cross_entropy_forward(c.f32(n.in[0]), t, row_loss, rows, classes);
+  cross_entropy_forward(c.f32(n.in[0]), t, row_loss, rows, classes, Slice{},
+                        n.out[1] != kNoTensor ? c.f32(n.out[1]) : nullptr);
   double sum = 0.0;
   for (int64_t r = 0; r < rows; ++r) sum += row_loss[r];
   const int64_t k = counted(t, rows);
   c.f32(n.out[0])[0] = k ? static_cast<float>(sum / static_cast<double>(k)) : 0.0f;
 }
 
-// Backward node: in (logits, targets, dloss); out dlogits.
+// Backward node: in (probs, targets, dloss); out dlogits.
 void ce_differentiate(Autodiff& ad, const Node& n) {
   Node b;
   b.op = OpKind::kCrossEntropyBackward;
-  b.in = {n.in[0], n.in[1], ad.grad(n.out[0])};
+  b.in = {n.out[1], n.in[1], ad.grad(n.out[0])};
   b.backward = true;
   set_out_accumulate(b, 0, ad.contribute(n.in[0]));
   if (b.out[0] != kNoTensor) ad.graph().add_node(std::move(b));
@@ -55,8 +59,8 @@ void ce_backward_run(const RunContext& c, const Node& n, Slice s) {
   const int32_t* t = c.i32(n.in[1]);
   const int64_t k = counted(t, rows);
   const float scale = k ? c.f32(n.in[2])[0] / static_cast<float>(k) : 0.0f;
-  cross_entropy_backward(c.f32(n.in[0]), t, c.f32(n.out[0]), rows, classes, scale,
-                         n.accumulates(0), s);
+  cross_entropy_backward_from_probs(c.f32(n.in[0]), t, c.f32(n.out[0]), rows, classes, scale,
+                                    n.accumulates(0), s);
 }
 
 void no_build(Graph&, Node&) {}

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "ops/cross_entropy.h"
 
@@ -176,31 +177,79 @@ HWY_INLINE hn::Vec<DF> ShortRowsExpSum(float* t, int64_t N, int64_t classes, hn:
   return vsum;
 }
 
+// Row-major index k of a block of N short rows → its place in the transposed layout.
+void TransposeBackIndex(int64_t classes, int64_t N, int32_t* index) {
+  for (int64_t k = 0; k < classes * N; ++k) index[k] = static_cast<int32_t>((k % classes) * N + k / classes);
+}
+
 void CrossEntropyForward(const float* logits, const int32_t* targets, float* row_loss,
-                         int64_t rows, int64_t classes, Slice s) {
+                         int64_t rows, int64_t classes, float* probs, Slice s) {
+  const DF d;
   const auto [r0, r1] = slice_range(rows, s);
   if (classes <= kShortClasses && classes > 0) {
-    const DF d;
     ShortRows blocks(logits, targets, classes);
     const int64_t N = blocks.lanes();
+    HWY_ALIGN int32_t transpose_back[kShortClasses * ShortRows::kMaxN];
+    if (probs) TransposeBackIndex(classes, N, transpose_back);
+    float* t = blocks.t();
     for (int64_t rb = r0; rb < r1; rb += N) {
       const auto vmax = blocks.start(rb, std::min(N, r1 - rb));
-      const auto vsum = ShortRowsExpSum(blocks.t(), N, classes, vmax, false);
+      const auto target_logit = blocks.target_logit();  // before t is overwritten
+      const auto vsum = ShortRowsExpSum(t, N, classes, vmax, probs != nullptr);
       // logsumexp − logit[t] = log(sum) − (logit[t] − max): the max cancels exactly.
-      const auto loss = hn::Sub(hn::Log(d, vsum), hn::Sub(blocks.target_logit(), vmax));
+      const auto loss = hn::Sub(hn::Log(d, vsum), hn::Sub(target_logit, vmax));
       blocks.store_per_row(hn::IfThenElseZero(blocks.counted(), loss), row_loss);
+      if (probs) {
+        const auto inv = hn::Div(hn::Set(d, 1.0f), vsum);
+        for (int64_t j = 0; j < classes; ++j) hn::Store(hn::Mul(hn::Load(d, t + j * N), inv), d, t + j * N);
+        blocks.store_rows(probs, false, transpose_back);
+      }
     }
     return;
   }
   for (int64_t r = r0; r < r1; ++r) {
-    if (targets[r] < 0) {
+    const float* row = logits + r * classes;
+    if (targets[r] < 0 && !probs) {
       row_loss[r] = 0.0f;
       continue;
     }
-    const float* row = logits + r * classes;
     const RowStats st = ComputeRowStats(row, classes);
     // logsumexp − logit[t] = log(sum) − (logit[t] − max): the max cancels exactly.
-    row_loss[r] = std::log(st.sum) - (row[targets[r]] - hn::GetLane(st.vmax));
+    row_loss[r] = targets[r] < 0 ? 0.0f : std::log(st.sum) - (row[targets[r]] - hn::GetLane(st.vmax));
+    if (probs) {
+      const auto inv = hn::Set(d, 1.0f / st.sum);
+      ForEachVector(d, probs + r * classes, 0, classes, [&](int64_t j, size_t n) {
+        return hn::Mul(ExpNonPositive(d, hn::Sub(LoadUpTo(d, row + j, n), st.vmax)), inv);
+      });
+    }
+  }
+}
+
+// From the forward's probabilities: dlogits = scale·(p − onehot(t)), row-major, runs of
+// counted rows as one flat array.
+void CrossEntropyBackwardProbs(const float* probs, const int32_t* targets, float* dlogits,
+                               int64_t rows, int64_t classes, float scale, bool accumulate, Slice s) {
+  const DF d;
+  const auto vscale = hn::Set(d, scale);
+  const auto [r0, r1] = slice_range(rows, s);
+  for (int64_t r = r0; r < r1;) {
+    if (targets[r] < 0) {  // ignored: 0, or unchanged when accumulating
+      if (!accumulate) std::memset(dlogits + r * classes, 0, static_cast<size_t>(classes) * sizeof(float));
+      ++r;
+      continue;
+    }
+    int64_t e = r + 1;
+    while (e < r1 && targets[e] >= 0) ++e;
+    const float* p = probs + r * classes;
+    float* out = dlogits + r * classes;
+    // One explicit FMA when accumulating (a Mul and an Add the compiler may or may not fuse
+    // would round differently in the full-vector and tail code).
+    ForEachVector(d, out, 0, (e - r) * classes, [&](int64_t j, size_t n) {
+      return accumulate ? hn::MulAdd(LoadUpTo(d, p + j, n), vscale, LoadUpTo(d, out + j, n))
+                        : hn::Mul(LoadUpTo(d, p + j, n), vscale);
+    });
+    for (int64_t q = r; q < e; ++q) dlogits[q * classes + targets[q]] -= scale;
+    r = e;
   }
 }
 
@@ -213,11 +262,8 @@ void CrossEntropyBackward(const float* logits, const int32_t* targets, float* dl
   if (classes <= kShortClasses && classes > 0) {
     ShortRows blocks(logits, targets, classes);
     const int64_t N = blocks.lanes();
-    // Row-major index k of a block → its place in t.
     HWY_ALIGN int32_t transpose_back[kShortClasses * ShortRows::kMaxN];
-    for (int64_t k = 0; k < classes * N; ++k) {
-      transpose_back[k] = static_cast<int32_t>((k % classes) * N + k / classes);
-    }
+    TransposeBackIndex(classes, N, transpose_back);
     const auto vscale = hn::Set(d, scale);
     float* t = blocks.t();
     for (int64_t rb = r0; rb < r1; rb += N) {
@@ -263,10 +309,17 @@ HWY_AFTER_NAMESPACE();
 namespace attnkit {
 HWY_EXPORT(CrossEntropyForward);
 HWY_EXPORT(CrossEntropyBackward);
+HWY_EXPORT(CrossEntropyBackwardProbs);
 
 void cross_entropy_forward(const float* logits, const int32_t* targets, float* row_loss,
-                           int64_t rows, int64_t classes, Slice s) {
-  HWY_DYNAMIC_DISPATCH(CrossEntropyForward)(logits, targets, row_loss, rows, classes, s);
+                           int64_t rows, int64_t classes, Slice s, float* probs) {
+  HWY_DYNAMIC_DISPATCH(CrossEntropyForward)(logits, targets, row_loss, rows, classes, probs, s);
+}
+void cross_entropy_backward_from_probs(const float* probs, const int32_t* targets, float* dlogits,
+                                       int64_t rows, int64_t classes, float scale, bool accumulate,
+                                       Slice s) {
+  HWY_DYNAMIC_DISPATCH(CrossEntropyBackwardProbs)(probs, targets, dlogits, rows, classes, scale,
+                                                  accumulate, s);
 }
 void cross_entropy_backward(const float* logits, const int32_t* targets, float* dlogits,
                             int64_t rows, int64_t classes, float scale, bool accumulate,

@@ -270,6 +270,13 @@ TEST_CASE("cross-entropy with ignored targets", "[cross_entropy]") {
         attnkit::cross_entropy_backward(logits.data(), targets.data(), out, rows, classes, scale,
                                         false, s);
       });
+      // From the forward's probabilities (wide rows take the row-at-a-time path).
+      std::vector<float> probs(rows * classes, kNaN), loss2(rows, kNaN), dp(rows * classes, kNaN);
+      attnkit::cross_entropy_forward(logits.data(), targets.data(), loss2.data(), rows, classes, {}, probs.data());
+      for (int64_t r = 0; r < rows; ++r) require_close(loss2[r], row_loss(r), 2e-6, 2e-6);
+      attnkit::cross_entropy_backward_from_probs(probs.data(), targets.data(), dp.data(), rows, classes, scale, false);
+      for (int64_t k = 0; k < rows * classes; ++k) require_close(dp[k], dl[k], 1e-6, 1e-6);
+      for (int64_t j = 0; j < classes; ++j) REQUIRE(dp[2 * classes + j] == 0.0f);
     }
   });
 }
@@ -321,6 +328,37 @@ TEST_CASE("cross-entropy over many short rows", "[cross_entropy]") {
         require_slice_invariant(acc0, [&](float* out, Slice s) {
           attnkit::cross_entropy_backward(logits.data(), targets.data(), out, rows, classes,
                                           float(scale), true, s);
+        });
+        // The engine's pair: the forward also writes the probabilities (every row, ignored
+        // ones too), the backward takes them instead of the logits.
+        std::vector<float> probs(rows * classes, kNaN), loss2(rows, kNaN);
+        attnkit::cross_entropy_forward(logits.data(), targets.data(), loss2.data(), rows, classes, {}, probs.data());
+        REQUIRE(std::memcmp(loss2.data(), loss.data(), loss.size() * sizeof(float)) == 0);
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* z = logits.data() + r * classes;
+          double mx = -HUGE_VAL, sum = 0;
+          for (int64_t j = 0; j < classes; ++j) mx = std::max(mx, double(z[j]));
+          for (int64_t j = 0; j < classes; ++j) sum += std::exp(z[j] - mx);
+          for (int64_t j = 0; j < classes; ++j) require_close(probs[r * classes + j], std::exp(z[j] - mx) / sum, 1e-6, 1e-5);
+        }
+        require_slice_invariant(std::vector<float>(rows * classes, kNaN), [&](float* out, Slice s) {
+          attnkit::cross_entropy_forward(logits.data(), targets.data(), loss2.data(), rows, classes, s, out);
+        });
+        std::vector<float> dp(rows * classes, kNaN);
+        attnkit::cross_entropy_backward_from_probs(probs.data(), targets.data(), dp.data(), rows, classes,
+                                                   float(scale), false);
+        for (int64_t k = 0; k < rows * classes; ++k) require_close(dp[k], want_grad[k], 1e-6, 1e-5);
+        for (int64_t r = 3; r < rows; r += 5)
+          for (int64_t j = 0; j < classes; ++j) REQUIRE(dp[r * classes + j] == 0.0f);
+        auto accp = acc0;
+        attnkit::cross_entropy_backward_from_probs(probs.data(), targets.data(), accp.data(), rows, classes,
+                                                   float(scale), true);
+        for (int64_t k = 0; k < rows * classes; ++k) require_close(accp[k], acc0[k] + dp[k], 1e-6, 1e-6);
+        for (int64_t r = 3; r < rows; r += 5)
+          for (int64_t j = 0; j < classes; ++j) REQUIRE(accp[r * classes + j] == acc0[r * classes + j]);
+        require_slice_invariant(acc0, [&](float* out, Slice s) {
+          attnkit::cross_entropy_backward_from_probs(probs.data(), targets.data(), out, rows, classes,
+                                                     float(scale), true, s);
         });
       }
     }
