@@ -63,6 +63,9 @@ void Graph::backward(Tensor loss) {
   if (ld.dtype != DType::kF32 || ld.shape.numel() != 1 || ld.batched)
     throw ShapeError("backward: the loss must be a single float, got " + describe(loss.id()));
   forward_nodes_ = nodes_.size();
+  if (fold_embedding_projections_) optimize_forward(loss.id());
+  remove_dead_forward_nodes(loss.id());
+  forward_nodes_ = nodes_.size();
 
   Autodiff ad(*this);
   // Which tensors depend on a parameter.

@@ -126,6 +126,13 @@ class Graph {
   std::string describe(TensorId id) const;
 
  private:
+  // Called by backward() before it differentiates, when every use of every forward tensor is
+  // known (engine/modules.cc): folds y = (p + x·Wc + bc)·W + b, where p is a lookup sum and
+  // x·Wc + bc is used only there, into p·W (folded) + x·(Wc·W) + (bc·W + b), then removes
+  // forward nodes whose outputs nothing uses. `loss` stays.
+  void optimize_forward(TensorId loss);
+  void remove_dead_forward_nodes(TensorId loss);
+
   int64_t max_batch_;
   std::deque<TensorDesc> tensors_;
   std::vector<Node> nodes_;

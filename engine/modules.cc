@@ -78,6 +78,79 @@ Tensor linear(Tensor x, Tensor weight, Tensor bias) {
 
 Tensor Linear::operator()(Tensor x) const { return linear(x, weight, bias); }
 
+// See graph.h. The lessons' head(h + attn(h)): attn(h) = a·Wo + bo is used only by the sum,
+// and the sum only by head.0, so head.0(h + attn(h)) = h·W (folded into the lookup tables) +
+// a·(Wo·W) + (bo·W + b): the output projection's batch × T rows disappear, forward and
+// backward, for a D × D × out product of the weights.
+void Graph::optimize_forward(TensorId loss) {
+  auto uses = [&](TensorId t) {
+    int64_t n = tensor(t).keep || t == loss ? 1 : 0;
+    for (const Node& node : nodes_)
+      for (TensorId in : node.in) n += in == t;
+    return n;
+  };
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node lin = nodes_[i];
+    if (lin.op != OpKind::kLinear) continue;
+    const TensorId x = lin.in[0];
+    const int64_t px = producer(x);
+    if (px < 0 || nodes_[static_cast<size_t>(px)].op != OpKind::kAdd || uses(x) != 1) continue;
+    const Node sum = nodes_[static_cast<size_t>(px)];
+    // Which operand is a Linear's output used only here (c = a·Wc + bc), which a lookup sum (p)?
+    TensorId c = kNoTensor, p = kNoTensor;
+    for (int k = 0; k < 2 && c == kNoTensor; ++k) {
+      const TensorId cand = sum.in[static_cast<size_t>(k)], other = sum.in[static_cast<size_t>(1 - k)];
+      const int64_t pc = producer(cand);
+      if (pc < 0 || nodes_[static_cast<size_t>(pc)].op != OpKind::kLinear || uses(cand) != 1) continue;
+      if (tensor(cand).shape != tensor(x).shape || tensor(other).shape != tensor(x).shape) continue;
+      const TensorId a = nodes_[static_cast<size_t>(pc)].in[0];
+      if (tensor(a).shape.last() > tensor(x).shape.last()) continue;  // a·(Wc·W) must not cost more
+      if (folded_rows(*this, other, 0) >= tensor(other).shape.rows()) continue;
+      c = cand, p = other;
+    }
+    if (c == kNoTensor) continue;
+    const Node proj = nodes_[static_cast<size_t>(producer(c))];
+    const Tensor w(this, lin.in[1]), b(this, lin.in[2]), wc(this, proj.in[1]), bc(this, proj.in[2]);
+    const size_t first_new = nodes_.size();
+    const Tensor w_merged = plain_linear(*this, wc.id(), w, Tensor());           // Wc·W
+    const Tensor b_merged = bc.valid() ? plain_linear(*this, bc.id(), w, b) : b;  // bc·W + b
+    const Tensor ya = plain_linear(*this, proj.in[0], w_merged, b_merged);
+    const Tensor yp = folded_linear(*this, p, w, Tensor(), 0);
+    const Tensor y = ya + yp;
+    // The new nodes take the old node's place and write its output tensor.
+    std::vector<Node> added(nodes_.begin() + static_cast<std::ptrdiff_t>(first_new), nodes_.end());
+    nodes_.resize(first_new);
+    added.back().out[0] = lin.out[0];
+    (void)y;
+    nodes_.erase(nodes_.begin() + static_cast<std::ptrdiff_t>(i));
+    nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(i), added.begin(), added.end());
+    i += added.size() - 1;
+    forward_nodes_ = nodes_.size();
+  }
+}
+
+void Graph::remove_dead_forward_nodes(TensorId loss) {
+  std::vector<bool> live(tensors_.size(), false);
+  live[static_cast<size_t>(loss)] = true;
+  for (size_t t = 0; t < tensors_.size(); ++t) live[t] = live[t] || tensors_[t].keep;
+  std::vector<bool> keep_node(nodes_.size(), false);
+  for (size_t i = nodes_.size(); i-- > 0;) {
+    const Node& n = nodes_[i];
+    for (TensorId o : n.out) keep_node[i] = keep_node[i] || (o != kNoTensor && live[static_cast<size_t>(o)]);
+    if (!keep_node[i]) continue;
+    for (TensorId in : n.in)
+      if (in != kNoTensor) live[static_cast<size_t>(in)] = true;
+  }
+  size_t j = 0;
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (keep_node[i]) {
+      if (i != j) nodes_[j] = std::move(nodes_[i]);  // (a self-move would empty the node)
+      ++j;
+    }
+  nodes_.resize(j);
+  forward_nodes_ = nodes_.size();
+}
+
 Tensor ReLU::operator()(Tensor x) const { return x.graph().apply(OpKind::kRelu, {x.id()})[0]; }
 
 LayerNorm::LayerNorm(Graph& g, const std::string& name, int64_t dim, float eps_)

@@ -313,8 +313,11 @@ TEST_CASE("train --profile writes the per-node times of the training steps and c
   CHECK(losses[0] == losses[1]);
   // 10 steps, the first (warm-up) not timed; every node and the optimizer, one per line.
   const std::string text = slurp(dir / "1" / "profile.txt");
-  CHECK(text.find("(neighbor-sum, batch 64, 1 thread(s)): 9 runs") != std::string::npos);
+  CHECK(text.find("(neighbor-sum, batch 64, 1 thread(s), ") != std::string::npos);
+  CHECK(text.find(" nodes): 9 runs") != std::string::npos);
+  const size_t nodes = std::stoul(text.substr(text.find("thread(s), ") + 11));
   CHECK(text.find("attention_backward [64, 10, 32]") != std::string::npos);
   CHECK(text.find("adam (all parameters)") != std::string::npos);
-  CHECK(std::count(text.begin(), text.end(), '\n') == 1 + 42);  // title + 41 nodes + adam
+  REQUIRE(nodes > 20);
+  CHECK(static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) == 1 + nodes + 1);  // title, nodes, adam
 }

@@ -117,12 +117,12 @@ TEST_CASE("lesson model losses match a double reference and gradients match fini
   }
 }
 
-// Forward nodes of op kind `op` whose first input has more than `rows` rows.
-int count_products_over(const Graph& g, int64_t rows) {
+// Forward matrix products whose x has `rows` rows.
+int count_products(const Graph& g, int64_t rows) {
   int n = 0;
   for (size_t i = 0; i < g.forward_nodes(); ++i) {
     const Node& node = g.nodes()[i];
-    if (node.op == OpKind::kLinear && g.tensor(node.in[0]).shape.rows() > rows) ++n;
+    if (node.op == OpKind::kLinear && g.tensor(node.in[0]).shape.rows() == rows) ++n;
   }
   return n;
 }
@@ -139,15 +139,16 @@ TEST_CASE("projections of embedding lookups are folded into the tables: same los
     for (int fold = 0; fold < 2; ++fold) {
       c.fold_embedding_projections = fold == 1;
       Model m = build_model(c, batch);
-      // Folded: Q, K and V are computed from the (vocab-row) tables, so only the output
-      // projection and the head multiply batch × T rows; unfolded, all of them do.
-      const int batch_products = count_products_over(*m.graph, c.vocab + c.seq_len);
-      CHECK(batch_products == (fold ? 1 : 4) + (c.head == HeadKind::kMlp ? 2 : 1));
+      // Folded: Q, K and V are computed from the (vocab-row) tables, and an MLP head's first
+      // layer absorbs the output projection (head.0(h + a·Wo + bo) = h·W folded + a·(Wo·W) +
+      // …), so two products multiply batch × T rows; unfolded, Q, K, V, O and the head's.
+      const int batch_products = count_products(*m.graph, batch * c.seq_len);
+      CHECK(batch_products == (fold ? 2 : 4 + (c.head == HeadKind::kMlp ? 2 : 1)));
       // With positions, each folded lookup adds the projected position table on the way.
       int lookups_with_addend = 0;
       for (const Node& node : m.graph->nodes())
         lookups_with_addend += node.op == OpKind::kEmbedding && node.in[2] != kNoTensor;
-      CHECK(lookups_with_addend == (fold && c.positions ? 3 : 0));
+      CHECK(lookups_with_addend == (fold && c.positions ? (c.head == HeadKind::kMlp ? 4 : 3) : 0));
       Executor ex(*m.graph, {1, 7});
       load(ex, m, ids, targets);
       ex.train_step(nullptr);
@@ -165,7 +166,7 @@ TEST_CASE("projections of embedding lookups are folded into the tables: same los
   // Not folded where the tables are not smaller than the batch: 1 sequence of 10 tokens
   // against 10 token + 10 position rows.
   Model small = build_model(lesson_config("neighbor-sum"), 1);
-  CHECK(count_products_over(*small.graph, 9) == 6);
+  CHECK(count_products(*small.graph, 10) == 6);
 }
 
 TEST_CASE("memory plan: no live overlap and arena within 5% of the liveness lower bound") {

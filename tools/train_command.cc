@@ -272,7 +272,8 @@ int run_train(const TrainArgs& a) {
   if (a.profile) {
     const std::string report = "per-node times of the training steps (" + config.task + ", batch " +
                                std::to_string(options.training.batch_size) + ", " +
-                               std::to_string(options.threads) + " thread(s)): " + ex.profile_report(100000);
+                               std::to_string(options.threads) + " thread(s), " +
+                               std::to_string(ex.graph().nodes().size()) + " nodes): " + ex.profile_report(100000);
     write_file_atomic(out + "/profile.txt", report.data(), report.size());
     written.push_back("profile.txt");
   }
