@@ -140,7 +140,12 @@ void Executor::init_parameters(uint64_t seed) {
 void* Executor::ptr(TensorId id) const {
   const TensorDesc& d = graph_.tensor(id);
   switch (d.storage) {
-    case Storage::kArena: return arena_.data() + plan_.offsets[static_cast<size_t>(id)];
+    case Storage::kArena: {
+      const int64_t offset = plan_.offsets[static_cast<size_t>(id)];
+      if (offset < 0)  // no node of the (optimized) graph touches it
+        throw Error("executor: tensor " + graph_.describe(id) + " is not computed by this graph (nothing uses it)");
+      return arena_.data() + offset;
+    }
     case Storage::kParam: return params_.f32() + d.offset;
     case Storage::kParamGrad: return grads_.f32() + d.offset;
     case Storage::kInput: return inputs_.data() + input_offsets_[static_cast<size_t>(id)];

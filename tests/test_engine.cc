@@ -163,6 +163,18 @@ TEST_CASE("projections of embedding lookups are folded into the tables: same los
       REQUIRE(std::abs(grads[1][i] - grads[0][i]) <= 1e-5f * scale);
     }
   }
+  // The lookup sum h = tok(ids) + pos(t) is folded into every projection that used it, so
+  // its node is gone: reading it is an error that names it; kept tensors stay readable.
+  {
+    Model m = build_model(lesson_config("neighbor-sum"), 4);
+    Executor ex(*m.graph, {1, 7});
+    const TensorId h = m.graph->find("tok.weight(ids)+pos.weight(arange(10))");
+    REQUIRE(h != kNoTensor);
+    REQUIRE_THROWS_WITH(ex.f32(h), Catch::Contains("tok.weight(ids)+pos.weight(arange(10))") &&
+                                       Catch::Contains("not computed"));
+    REQUIRE_NOTHROW(ex.f32(m.attention[0].attn().id()));
+    REQUIRE_NOTHROW(ex.f32(m.logits.id()));
+  }
   // Not folded where the tables are not smaller than the batch: 1 sequence of 10 tokens
   // against 10 token + 10 position rows.
   Model small = build_model(lesson_config("neighbor-sum"), 1);
