@@ -312,22 +312,25 @@ TEST_CASE("cross-entropy over many short rows", "[cross_entropy]") {
         require_slice_invariant(std::vector<float>(rows, kNaN), [&](float* out, Slice s) {
           attnkit::cross_entropy_forward(logits.data(), targets.data(), out, rows, classes, s);
         });
-        std::vector<float> dl(rows * classes, kNaN);
-        attnkit::cross_entropy_backward(logits.data(), targets.data(), dl.data(), rows, classes,
-                                        float(scale), false);
-        for (int64_t k = 0; k < rows * classes; ++k) require_close(dl[k], want_grad[k], 1e-6, 1e-5);
-        for (int64_t r = 3; r < rows; r += 5)
-          for (int64_t j = 0; j < classes; ++j) REQUIRE(dl[r * classes + j] == 0.0f);
-        auto acc = random_vector(rows * classes, rng);
-        const auto acc0 = acc;
-        attnkit::cross_entropy_backward(logits.data(), targets.data(), acc.data(), rows, classes,
-                                        float(scale), true);
-        for (int64_t k = 0; k < rows * classes; ++k) require_close(acc[k], acc0[k] + dl[k], 1e-6, 1e-6);
-        for (int64_t r = 3; r < rows; r += 5)
-          for (int64_t j = 0; j < classes; ++j) REQUIRE(acc[r * classes + j] == acc0[r * classes + j]);
-        require_slice_invariant(acc0, [&](float* out, Slice s) {
-          attnkit::cross_entropy_backward(logits.data(), targets.data(), out, rows, classes,
-                                          float(scale), true, s);
+        // A backward kernel (out, accumulate, slice) against the reference: overwrite,
+        // ignored rows 0, accumulate leaves ignored rows alone, slices bitwise the same.
+        auto check_backward = [&](const std::function<void(float*, bool, Slice)>& backward) {
+          std::vector<float> dl(rows * classes, kNaN);
+          backward(dl.data(), false, Slice{});
+          for (int64_t k = 0; k < rows * classes; ++k) require_close(dl[k], want_grad[k], 1e-6, 1e-5);
+          for (int64_t r = 3; r < rows; r += 5)
+            for (int64_t j = 0; j < classes; ++j) REQUIRE(dl[r * classes + j] == 0.0f);
+          auto acc = random_vector(rows * classes, rng);
+          const auto acc0 = acc;
+          backward(acc.data(), true, Slice{});
+          for (int64_t k = 0; k < rows * classes; ++k) require_close(acc[k], acc0[k] + dl[k], 1e-6, 1e-6);
+          for (int64_t r = 3; r < rows; r += 5)
+            for (int64_t j = 0; j < classes; ++j) REQUIRE(acc[r * classes + j] == acc0[r * classes + j]);
+          require_slice_invariant(acc0, [&](float* out, Slice s) { backward(out, true, s); });
+        };
+        check_backward([&](float* out, bool accumulate, Slice s) {
+          attnkit::cross_entropy_backward(logits.data(), targets.data(), out, rows, classes, float(scale),
+                                          accumulate, s);
         });
         // The engine's pair: the forward also writes the probabilities (every row, ignored
         // ones too), the backward takes them instead of the logits.
@@ -344,21 +347,9 @@ TEST_CASE("cross-entropy over many short rows", "[cross_entropy]") {
         require_slice_invariant(std::vector<float>(rows * classes, kNaN), [&](float* out, Slice s) {
           attnkit::cross_entropy_forward(logits.data(), targets.data(), loss2.data(), rows, classes, s, out);
         });
-        std::vector<float> dp(rows * classes, kNaN);
-        attnkit::cross_entropy_backward_from_probs(probs.data(), targets.data(), dp.data(), rows, classes,
-                                                   float(scale), false);
-        for (int64_t k = 0; k < rows * classes; ++k) require_close(dp[k], want_grad[k], 1e-6, 1e-5);
-        for (int64_t r = 3; r < rows; r += 5)
-          for (int64_t j = 0; j < classes; ++j) REQUIRE(dp[r * classes + j] == 0.0f);
-        auto accp = acc0;
-        attnkit::cross_entropy_backward_from_probs(probs.data(), targets.data(), accp.data(), rows, classes,
-                                                   float(scale), true);
-        for (int64_t k = 0; k < rows * classes; ++k) require_close(accp[k], acc0[k] + dp[k], 1e-6, 1e-6);
-        for (int64_t r = 3; r < rows; r += 5)
-          for (int64_t j = 0; j < classes; ++j) REQUIRE(accp[r * classes + j] == acc0[r * classes + j]);
-        require_slice_invariant(acc0, [&](float* out, Slice s) {
+        check_backward([&](float* out, bool accumulate, Slice s) {
           attnkit::cross_entropy_backward_from_probs(probs.data(), targets.data(), out, rows, classes,
-                                                     float(scale), true, s);
+                                                     float(scale), accumulate, s);
         });
       }
     }
