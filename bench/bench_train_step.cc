@@ -19,6 +19,7 @@
 // Reports items_per_second = steps/s and the counter "steps/s".
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -101,9 +102,10 @@ struct StepRunner {
       for (int64_t r = 0; r < batch; ++r)
         targets_for(c, ids[k].data() + r * c.seq_len, tgt[k].data() + r * c.seq_len);
     }
-    // Warm-up: thread pool, first touch, and the adaptive executor's first probe (8 steps
-    // alternating 2 and 1 threads), which would otherwise fall into the timed steps.
-    for (int i = 0; i < 9; ++i) step();
+    // Warm-up: thread pool, first touch, and the adaptive executor's first probe (12 steps
+    // from the second on, blocks of 2 and 1 threads), which would otherwise fall into the
+    // timed steps.
+    for (int i = 0; i < 14; ++i) step();
   }
 
   void step() {
@@ -163,6 +165,7 @@ bool take_flag(int& argc, char** argv, int i, const char* name, std::string* val
 }  // namespace
 
 int main(int argc, char** argv) {
+  const std::vector<char*> original_argv(argv, argv + argc + 1);  // take_flag removes flags
   int64_t batch_override = 0;
   std::vector<std::string> models = {"neighbor-sum", "duplicates", "reversal", "reversal-large"};
   std::vector<int> thread_counts = {1, 2};
@@ -194,6 +197,9 @@ int main(int argc, char** argv) {
       ++i;
     }
   }
+  // Idle OpenMP workers sleep between runs, as in the attnkit program (see executor.h).
+  if (!thread_counts.empty())
+    prefer_passive_openmp(*std::max_element(thread_counts.begin(), thread_counts.end()), original_argv.data());
   for (const auto& task : models) {
     try {
       (void)lesson_config(task);

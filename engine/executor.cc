@@ -1,11 +1,13 @@
 #include "engine/executor.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "engine/barrier.h"
@@ -197,9 +199,9 @@ void Executor::forward() {
 
 int Executor::threads_for_training_step() {
   if (threads_ == 1 || !adaptive_) return threads_;
-  if (probe_runs_left_ > 0) return probe_runs_left_ % 2 == 0 ? threads_ : 1;
-  if (--runs_until_probe_ <= 0) {  // start a probe: 4 runs each way, interleaved
-    probe_runs_left_ = 8;
+  if (probe_runs_left_ > 0) return ProbeParallel(kProbeRuns - probe_runs_left_) ? threads_ : 1;
+  if (--runs_until_probe_ <= 0) {  // start a probe
+    probe_runs_left_ = kProbeRuns;
     best_parallel_ = best_serial_ = 0;
     return threads_;
   }
@@ -208,15 +210,18 @@ int Executor::threads_for_training_step() {
 
 void Executor::record_training_step(int threads, double seconds) {
   if (probe_runs_left_ <= 0) return;
+  const int k = kProbeRuns - probe_runs_left_;  // this run's place in the probe
   // Sums, not minima: on a busy machine parallel runs vary most, and the best of a few
-  // would favour them; the mean is what a long run will see.
-  (threads == 1 ? best_serial_ : best_parallel_) += seconds;
-  // Runs alternate, parallel first. After each pair, parallel runs clearly slower end the
+  // would favour them; the mean is what a long run will see. The first run of each block
+  // is not counted: it finds the data in the other core's caches (a small model's whole
+  // arena fits in L2), which made runs that alternated one by one, as probes did before,
+  // look alike when blocks of either kind were 10-30% apart.
+  if (k % kProbeBlock != 0) (threads == 1 ? best_serial_ : best_parallel_) += seconds;
+  // After each parallel + serial pair of blocks, parallel runs clearly slower end the
   // probe: on a machine busy with other work a parallel step of a small model can take
-  // several times a serial one (a barrier waits for a descheduled thread), and the full
-  // 4 + 4 runs of every probe made 2 threads 10-17% slower than 1 on the lesson models.
-  if (--probe_runs_left_ > 0 && !(probe_runs_left_ % 2 == 0 && best_parallel_ > 1.25 * best_serial_))
-    return;
+  // several times a serial one (a barrier waits for a descheduled thread).
+  const bool pair_done = (k + 1) % (2 * kProbeBlock) == 0;
+  if (--probe_runs_left_ > 0 && !(pair_done && best_parallel_ > 1.25 * best_serial_)) return;
   probe_runs_left_ = 0;
   const bool parallel = best_parallel_ < 0.95 * best_serial_;
   probe_interval_ = parallel == parallel_ ? std::min<int64_t>(probe_interval_ * 2, 8192) : 64;
@@ -346,6 +351,12 @@ std::string Executor::profile_report(size_t max_lines) const {
     out += line + times[i].what + "\n";
   }
   return out;
+}
+
+void prefer_passive_openmp(int threads, char* const* argv) {
+  if (threads <= 1 || std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  ::execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
 }
 
 }  // namespace attnkit

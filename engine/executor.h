@@ -81,11 +81,15 @@ class Executor final : public RunContext {
   // kNodeTaskCounters per node, zeroed before each multi-threaded run: the kernels that hand
   // out their work dynamically (Slice::tasks) share them.
   std::unique_ptr<TaskCounter[]> task_counters_;
-  // Adaptive thread use: probe runs alternate threads_ and 1 thread; the faster wins until
+  // Adaptive thread use: probe runs take blocks of threads_ and of 1 thread; the faster wins until
   // the next probe, which comes twice as late each time the verdict stands. The first
   // training step is not part of a probe: it starts the OpenMP threads and first touches the
   // arena and the kernels' scratch (on the compute-bound model that made its parallel run
   // look slower than a serial one, and the executor then ran 64 steps on one thread).
+  // A probe: blocks of kProbeBlock runs, parallel then serial, twice; a block's first run
+  // warms the caches of its thread count and is not counted.
+  static constexpr int kProbeBlock = 3, kProbeRuns = 4 * kProbeBlock;
+  static bool ProbeParallel(int k) { return (k / kProbeBlock) % 2 == 0; }
   bool adaptive_;
   bool parallel_ = true;
   int probe_runs_left_ = 0;
@@ -132,5 +136,12 @@ class Executor final : public RunContext {
   int64_t profiled_runs_ = 0;
   std::vector<double> node_seconds_;  // nodes().size() + 1 entries
 };
+
+// For programs: with threads > 1 and no OMP_WAIT_POLICY of the user's, sets it to PASSIVE and
+// starts the program again with the same argv (libgomp reads it only when it loads), so idle
+// OpenMP workers sleep rather than spin on a core another thread needs — on a machine whose
+// cores are shared, spinning made 2 threads slower than 1, and made one thread slower while
+// the workers spun. Returns when there is nothing to do (or the restart failed).
+void prefer_passive_openmp(int threads, char* const* argv);
 
 }  // namespace attnkit

@@ -286,6 +286,18 @@ TEST_CASE("adaptive thread use switches between thread counts without changing r
   const ModelConfig c = lesson_config("reversal");
   const auto serial = train_losses(c, 1, 300), adaptive = train_losses(c, 2, 300, true);
   REQUIRE(std::memcmp(serial.data(), adaptive.data(), serial.size() * 4) == 0);
+  // The first probe starts at the second step with blocks of 3: steps 1-3 on 2 threads, 4-6
+  // on one (whatever the timings say; a verdict can come only after that pair of blocks).
+  Model m = build_model(c, 32);
+  Executor ex(*m.graph, {2, 3, true});
+  Adam adam(ex.param_count(), {0.003f});
+  Rng rng(9);
+  std::vector<int32_t> ids, targets;
+  fill_batch(c, rng, 32, ids, targets);
+  load(ex, m, ids, targets);
+  for (int i = 0; i < 7; ++i) ex.train_step(&adam);
+  CHECK(ex.training_steps() == 7);
+  CHECK(ex.parallel_training_steps() == 4);
 }
 
 TEST_CASE("per-node profiling times every node and the optimizer without changing results") {

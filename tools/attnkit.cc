@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "engine/executor.h"
 #include "tools/cli_parser.h"
 #include "tools/commands.h"
 
@@ -20,16 +21,6 @@ int usage_error(const std::string& message) {
   std::fprintf(stderr, "usage error: %s\nRun 'attnkit --help' (or 'attnkit SUBCOMMAND --help') for usage.\n",
                message.c_str());
   return 2;
-}
-
-// With more than one thread, idle OpenMP workers should sleep rather than spin: on a machine
-// whose cores are shared, libgomp's default spinning between runs takes the core another
-// thread needs and makes 2 threads slower than 1. libgomp reads OMP_WAIT_POLICY once, when it
-// loads, so the program sets it and starts itself again (once; a user's own setting wins).
-void prefer_passive_openmp(int threads, char** argv) {
-  if (threads <= 1 || std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  ::execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
 }
 
 }  // namespace
@@ -48,9 +39,9 @@ int main(int argc, char** argv) {
   }
 
   const ParsedArgs& a = command_line.args();
-  if (a.command == Command::kTrain) prefer_passive_openmp(a.train.threads, argv);
-  if (a.command == Command::kEval) prefer_passive_openmp(a.eval.threads, argv);
-  if (a.command == Command::kInfer) prefer_passive_openmp(a.infer.threads, argv);
+  if (a.command == Command::kTrain) attnkit::prefer_passive_openmp(a.train.threads, argv);
+  if (a.command == Command::kEval) attnkit::prefer_passive_openmp(a.eval.threads, argv);
+  if (a.command == Command::kInfer) attnkit::prefer_passive_openmp(a.infer.threads, argv);
   try {
     switch (a.command) {
       case Command::kTrain: return run_train(a.train);
