@@ -116,12 +116,11 @@ void Graph::optimize_forward(TensorId loss) {
     const Tensor b_merged = bc.valid() ? plain_linear(*this, bc.id(), w, b) : b;  // bc·W + b
     const Tensor ya = plain_linear(*this, proj.in[0], w_merged, b_merged);
     const Tensor yp = folded_linear(*this, p, w, Tensor(), 0);
-    const Tensor y = ya + yp;
+    (void)(ya + yp);  // the last new node: its output becomes the old node's below
     // The new nodes take the old node's place and write its output tensor.
     std::vector<Node> added(nodes_.begin() + static_cast<std::ptrdiff_t>(first_new), nodes_.end());
     nodes_.resize(first_new);
     added.back().out[0] = lin.out[0];
-    (void)y;
     nodes_.erase(nodes_.begin() + static_cast<std::ptrdiff_t>(i));
     nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(i), added.begin(), added.end());
     i += added.size() - 1;
