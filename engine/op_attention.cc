@@ -112,18 +112,31 @@ void attention_products(const RunContext& c, const Node& n, int64_t p0, int64_t 
   const float *q = c.f32(n.in[0]), *k = c.f32(n.in[1]), *v = c.f32(n.in[2]);
   float *y = c.f32(n.out[0]), *probs = c.f32(n.out[1]);
   const int64_t tt = m.tq * m.tk;
-  const bool short_dims_fit = attention_short_scores(q, k, probs, short_dims(m), p0, p1);
-  for (int64_t p = p0; p < p1 && !short_dims_fit; ++p) {  // scores Q·Kᵀ straight into the probabilities
+  auto softmax_rows = [&](int64_t r0, int64_t r1) {
+    for_each_mask_run(c, n, n.in[3], m, r0, r1, [&](int64_t a, int64_t b, const SoftmaxMask& mask) {
+      softmax_forward(probs + a * tt, probs + a * tt, b - a, m.tq, m.tk, n.attrs.scale, mask);
+    });
+  };
+  if (attention_short_scores(q, k, probs, short_dims(m), p0, p1)) {
+    // Short rows: the softmax of all the range's rows at once (vectorized across rows).
+    softmax_rows(p0, p1);
+    if (attention_short_values(probs, v, y, short_dims(m), p0, p1)) return;
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t b = p / m.h, h = p % m.h;
+      sgemm_slice(false, false, m.tq, m.dvh, m.tk, 1.0f, probs + p * tt, m.tk,
+                  v + b * m.tk * m.dv + h * m.dvh, m.dv, 0.0f, y + b * m.tq * m.dv + h * m.dvh,
+                  m.dv, Slice{});
+    }
+    return;
+  }
+  // Long rows: one product at a time, so its scores are softmaxed and multiplied by V while
+  // they are still in cache (all products' scores first would go out to memory and back
+  // twice: ~25% of the node at T = 128).
+  for (int64_t p = p0; p < p1; ++p) {
     const int64_t b = p / m.h, h = p % m.h;
     sgemm_slice(false, true, m.tq, m.tk, m.dh, 1.0f, q + b * m.tq * m.d + h * m.dh, m.d,
                 k + b * m.tk * m.d + h * m.dh, m.d, 0.0f, probs + p * tt, m.tk, Slice{});
-  }
-  for_each_mask_run(c, n, n.in[3], m, p0, p1, [&](int64_t r0, int64_t r1, const SoftmaxMask& mask) {
-    softmax_forward(probs + r0 * tt, probs + r0 * tt, r1 - r0, m.tq, m.tk, n.attrs.scale, mask);
-  });
-  if (short_dims_fit && attention_short_values(probs, v, y, short_dims(m), p0, p1)) return;
-  for (int64_t p = p0; p < p1; ++p) {  // y = P·V
-    const int64_t b = p / m.h, h = p % m.h;
+    softmax_rows(p, p + 1);
     sgemm_slice(false, false, m.tq, m.dvh, m.tk, 1.0f, probs + p * tt, m.tk,
                 v + b * m.tk * m.dv + h * m.dvh, m.dv, 0.0f, y + b * m.tq * m.dv + h * m.dvh, m.dv,
                 Slice{});
@@ -162,25 +175,23 @@ void attention_backward_products(const RunContext& c, const Node& n, int64_t p0,
                                n.accumulates(2), short_dims(m), masking(c, n, n.in[5]), p0, p1))
     return;
   const int64_t tt = m.tq * m.tk;
-  // In the forward pass y = P·V: dP = dy·Vᵀ and dV = Pᵀ·dy.
+  // One product at a time (its dP, then dS in place, stay in cache for the two products
+  // that read them). In the forward pass y = P·V: dP = dy·Vᵀ and dV = Pᵀ·dy; with
+  // P = softmax(scale·Q·Kᵀ), dS = d(Q·Kᵀ) (the scale folded in), then dQ = dS·K and
+  // dK = dSᵀ·Q.
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t b = p / m.h, h = p % m.h;
     const float* dy_p = dy + b * m.tq * m.dv + h * m.dvh;
+    float* dS = dprobs + p * tt;
     sgemm_slice(false, true, m.tq, m.tk, m.dvh, 1.0f, dy_p, m.dv, v + b * m.tk * m.dv + h * m.dvh,
-                m.dv, 0.0f, dprobs + p * tt, m.tk, Slice{});
+                m.dv, 0.0f, dS, m.tk, Slice{});
     if (dv)
       sgemm_slice(true, false, m.tk, m.dvh, m.tq, 1.0f, probs + p * tt, m.tk, dy_p, m.dv,
                   n.accumulates(2) ? 1.0f : 0.0f, dv + b * m.tk * m.dv + h * m.dvh, m.dv, Slice{});
-  }
-  // P = softmax(scale·Q·Kᵀ): dS = d(Q·Kᵀ), the scale folded in, in place over dP.
-  for_each_mask_run(c, n, n.in[5], m, p0, p1, [&](int64_t r0, int64_t r1, const SoftmaxMask& mask) {
-    softmax_backward(probs + r0 * tt, dprobs + r0 * tt, dprobs + r0 * tt, r1 - r0, m.tq, m.tk,
-                     n.attrs.scale, mask, false);
-  });
-  // Then dQ = dS·K and dK = dSᵀ·Q.
-  for (int64_t p = p0; p < p1; ++p) {
-    const int64_t b = p / m.h, h = p % m.h;
-    const float* dS = dprobs + p * tt;
+    for_each_mask_run(c, n, n.in[5], m, p, p + 1, [&](int64_t r0, int64_t r1, const SoftmaxMask& mask) {
+      softmax_backward(probs + r0 * tt, dprobs + r0 * tt, dprobs + r0 * tt, r1 - r0, m.tq, m.tk,
+                       n.attrs.scale, mask, false);
+    });
     if (dq)
       sgemm_slice(false, false, m.tq, m.dh, m.tk, 1.0f, dS, m.tk, k + b * m.tk * m.d + h * m.dh, m.d,
                   n.accumulates(0) ? 1.0f : 0.0f, dq + b * m.tq * m.d + h * m.dh, m.d, Slice{});
