@@ -99,6 +99,58 @@ void Graph::backward(Tensor loss) {
       throw ShapeError(std::string("backward: op ") + def.name + " has no gradient");
     def.differentiate(ad, node);
   }
+  if (fuse_relu_) fuse_relu(loss.id());
+}
+
+void Graph::fuse_relu(TensorId loss) {
+  auto uses = [&](TensorId t) {
+    int64_t n = tensor(t).keep || t == loss ? 1 : 0;
+    for (const Node& node : nodes_)
+      for (TensorId in : node.in) n += in == t;
+    return n;
+  };
+  auto writers = [&](TensorId t) {
+    std::vector<size_t> w;
+    for (size_t i = 0; i < nodes_.size(); ++i)
+      for (TensorId o : nodes_[i].out)
+        if (o == t) w.push_back(i);
+    return w;
+  };
+  std::vector<bool> dead(nodes_.size(), false);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    Node& r = nodes_[i];
+    if (r.op == OpKind::kRelu) {  // z = x·W + b; y = relu(z)  →  y = relu(x·W + b)
+      const TensorId z = r.in[0];
+      const int64_t p = producer(z);
+      if (p < 0 || uses(z) != 1) continue;
+      Node& lin = nodes_[static_cast<size_t>(p)];
+      if (lin.op != OpKind::kLinear || lin.attrs.relu) continue;
+      lin.attrs.relu = true;
+      lin.out[0] = r.out[0];
+      dead[i] = true;
+    } else if (r.op == OpKind::kReluBackward && !r.accumulates(0)) {
+      // gy = dy·Wᵀ (the next Linear's dx, y its input); gz = gy where y > 0.
+      const TensorId y = r.in[0], gy = r.in[1];
+      const std::vector<size_t> w = writers(gy);
+      if (w.size() != 1 || uses(gy) != 1) continue;
+      Node& lb = nodes_[w[0]];
+      if (lb.op != OpKind::kLinearBackward || lb.out[0] != gy || lb.accumulates(0) ||
+          lb.in[0] != y || lb.attrs.relu)
+        continue;
+      lb.attrs.relu = true;
+      lb.out[0] = r.out[0];
+      dead[i] = true;
+    }
+  }
+  size_t j = 0, forward = 0;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (dead[i]) continue;
+    if (i < forward_nodes_) ++forward;
+    if (i != j) nodes_[j] = std::move(nodes_[i]);
+    ++j;
+  }
+  nodes_.resize(j);
+  forward_nodes_ = forward;
 }
 
 }  // namespace attnkit

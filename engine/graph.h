@@ -31,6 +31,10 @@ struct NodeAttrs {
   float scale = 1.0f;
   float eps = 1e-5f;
   bool causal = false;
+  // kLinear: y = max(x·W + b, 0), a ReLU run in the product's store. kLinearBackward: x is a
+  // ReLU's output and dx the gradient of that ReLU's input, (dy·Wᵀ) where x > 0. Set by
+  // Graph::backward() when it fuses the ReLUs of a training graph (see fuse_relu).
+  bool relu = false;
 };
 
 enum class OpKind : uint8_t {
@@ -121,6 +125,10 @@ class Graph {
   // tables (see modules.h). On by default; off gives the textbook graph, e.g. to measure.
   bool fold_embedding_projections() const { return fold_embedding_projections_; }
   void set_fold_embedding_projections(bool on) { fold_embedding_projections_ = on; }
+  // Whether backward() fuses ReLUs into the products around them (see fuse_relu). On by
+  // default; the results are bitwise the same either way.
+  bool fuse_relu_enabled() const { return fuse_relu_; }
+  void set_fuse_relu(bool on) { fuse_relu_ = on; }
 
   // "tok(ids) [64, 10, 32]": a tensor named for error messages.
   std::string describe(TensorId id) const;
@@ -132,6 +140,12 @@ class Graph {
   // forward nodes whose outputs nothing uses. `loss` stays.
   void optimize_forward(TensorId loss);
   void remove_dead_forward_nodes(TensorId loss);
+  // Called by backward() after it differentiates (engine/autodiff.cc): a ReLU whose input is
+  // a Linear's output used only there runs in that Linear's product (attrs.relu), and the
+  // ReLU's backward in the product computing the gradient of its output, when that product
+  // (the next Linear's dx) is the gradient's only contribution. The results are bitwise
+  // those of the separate nodes.
+  void fuse_relu(TensorId loss);
 
   int64_t max_batch_;
   std::deque<TensorDesc> tensors_;
@@ -141,6 +155,7 @@ class Graph {
   int64_t param_elements_ = 0;
   size_t forward_nodes_ = 0;
   bool fold_embedding_projections_ = true;
+  bool fuse_relu_ = true;
 };
 
 }  // namespace attnkit

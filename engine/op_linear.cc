@@ -30,8 +30,11 @@ void linear_build(Graph& g, Node& n) {
 void linear_run(const RunContext& c, const Node& n, Slice s) {
   const Shape xs = c.shape(n.in[0]);
   const int64_t rows = xs.rows(), in = xs.last(), out = c.shape(n.in[1])[1];
-  sgemm_bias_slice(false, false, rows, out, in, 1.0f, c.f32(n.in[0]), in, c.f32(n.in[1]), out,
-                   0.0f, c.f32(n.out[0]), out, n.in[2] != kNoTensor ? c.f32(n.in[2]) : nullptr, s);
+  GemmEpilogue e;
+  e.bias = n.in[2] != kNoTensor ? c.f32(n.in[2]) : nullptr;
+  e.relu = n.attrs.relu;  // y = max(x·W + b, 0) (a fused ReLU, see Graph::fuse_relu)
+  sgemm_epilogue_slice(false, false, rows, out, in, 1.0f, c.f32(n.in[0]), in, c.f32(n.in[1]),
+                       out, 0.0f, c.f32(n.out[0]), out, e, s);
 }
 
 // Backward node: in (x, W, dy); out (dx, dW, db), each possibly absent. The three write
@@ -52,9 +55,14 @@ void linear_backward_run(const RunContext& c, const Node& n, Slice s) {
   const int64_t rows = xs.rows(), in = xs.last(), out = c.shape(n.in[1])[1];
   const float *x = c.f32(n.in[0]), *w = c.f32(n.in[1]), *dy = c.f32(n.in[2]);
   // In the forward pass y = x·W, so dx = dy·Wᵀ and dW = xᵀ·dy.
-  if (n.out[0] != kNoTensor)
-    sgemm_slice(false, true, rows, in, out, 1.0f, dy, out, w, out, n.accumulates(0) ? 1.0f : 0.0f,
-                c.f32(n.out[0]), in, s);
+  // With attrs.relu, x is a ReLU's output and out[0] the gradient of its input: dx where
+  // x > 0 (a fused relu_backward, see Graph::fuse_relu).
+  if (n.out[0] != kNoTensor) {
+    GemmEpilogue e;
+    if (n.attrs.relu) e.mask = x, e.ldm = in;
+    sgemm_epilogue_slice(false, true, rows, in, out, 1.0f, dy, out, w, out,
+                         n.accumulates(0) ? 1.0f : 0.0f, c.f32(n.out[0]), in, e, s);
+  }
   if (n.out[1] != kNoTensor)
     sgemm_slice(true, false, in, out, rows, 1.0f, x, in, dy, out, n.accumulates(1) ? 1.0f : 0.0f,
                 c.f32(n.out[1]), out, s.with_counter(1));  // its own task counter

@@ -39,6 +39,11 @@ void GemmRowsDynamicTarget(const gemm_detail::GemmArgs& g, std::atomic<int64_t>*
   GemmRowsDynamic(g, next, rows);
 }
 
+void EpilogueTarget(const gemm_detail::GemmArgs& g, int64_t i0, int64_t i1, int64_t j0,
+                    int64_t j1) {
+  Epilogue(g, i0, i1, j0, j1);
+}
+
 int64_t CurrentTarget() { return HWY_TARGET; }
 
 }  // namespace attnkit::HWY_NAMESPACE
@@ -58,6 +63,7 @@ HWY_EXPORT(GemmProductsTarget);
 HWY_EXPORT(GemmBlockTarget);
 HWY_EXPORT(GemmPackedDynamicTarget);
 HWY_EXPORT(GemmRowsDynamicTarget);
+HWY_EXPORT(EpilogueTarget);
 HWY_EXPORT(CurrentTarget);
 
 namespace gemm_detail {
@@ -229,17 +235,30 @@ void sgemm_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
 void sgemm_bias_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                       const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
                       float* c, int64_t ldc, const float* bias, Slice s) {
+  GemmEpilogue e;
+  e.bias = bias;
+  sgemm_epilogue_slice(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, e, s);
+}
+
+void sgemm_epilogue_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                          float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                          float beta, float* c, int64_t ldc, const GemmEpilogue& e, Slice s) {
   if (m <= 0 || n <= 0) return;
-  const GemmArgs g{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias};
+  GemmArgs g{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, e.bias};
+  g.relu = e.relu;
+  g.mask = e.mask;
+  g.ldm = e.ldm;
   const bool openblas = g_backend.load(std::memory_order_relaxed) == GemmBackend::kOpenBLAS;
   if (s.dynamic() && !openblas && k > 0 && alpha != 0.0f && dynamic_product(g, s)) return;
   const Block blk = block_of_slice(m, n, s, openblas);
   if (blk.i0 >= blk.i1 || blk.j0 >= blk.j1) return;
   if (k <= 0 || alpha == 0.0f) {
     scale_block(g, blk);
+    if (g.has_epilogue()) HWY_DYNAMIC_DISPATCH(EpilogueTarget)(g, blk.i0, blk.i1, blk.j0, blk.j1);
   } else if (openblas) {
     openblas_rows(g, blk.i0, blk.i1);
     add_bias_rows(g, blk.i0, blk.i1);
+    if (g.has_epilogue()) HWY_DYNAMIC_DISPATCH(EpilogueTarget)(g, blk.i0, blk.i1, 0, n);
   } else {
     HWY_DYNAMIC_DISPATCH(GemmBlockTarget)(g, blk.i0, blk.i1, blk.j0, blk.j1);
   }

@@ -33,6 +33,26 @@ void sgemm_bias_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
                       const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
                       float* c, int64_t ldc, const float* bias, Slice s);
 
+// What sgemm_epilogue_slice does to each element of C after its final value is stored,
+// in this order: + bias[j] (n values; as sgemm_bias_slice), then relu: C = max(C, 0), then
+// mask: C = C where mask[i·ldm + j] > 0, else 0. The relu is a Linear–ReLU's forward in one
+// pass; the mask is the backward of a ReLU folded into the product that computes the
+// gradient of its output: d pre-activation = (dy·Wᵀ) where relu output > 0. The operations
+// are relu_forward's and relu_backward's (ops/elementwise.h), so results are bitwise theirs.
+struct GemmEpilogue {
+  const float* bias = nullptr;
+  bool relu = false;
+  const float* mask = nullptr;
+  int64_t ldm = 0;
+};
+
+// sgemm_slice with an epilogue (see GemmEpilogue). Each element still has the same
+// operations whatever the slice count.
+void sgemm_epilogue_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                          float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                          float beta, float* c, int64_t ldc, const GemmEpilogue& epilogue,
+                          Slice s);
+
 // Strides of a batch of products indexed by (batch, head): product i = bi·heads + hi uses
 // A + bi·a_batch + hi·a_head (likewise B and C). Attention over [B, T, H·dh] activations
 // uses a_batch = T·H·dh, a_head = dh, lda = H·dh without copying heads apart.

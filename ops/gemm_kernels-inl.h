@@ -30,6 +30,12 @@ struct GemmArgs {
   // n values added to every row of C in the final store of each tile (after alpha·acc and
   // beta·C are combined), or nullptr.
   const float* bias = nullptr;
+  // After that final store (see GemmEpilogue in ops/gemm.h): relu: C = max(C, 0); mask:
+  // C = C where mask > 0, else 0, mask laid out like C with row stride ldm.
+  bool relu = false;
+  const float* mask = nullptr;
+  int64_t ldm = 0;
+  bool has_epilogue() const { return relu || mask != nullptr; }
 };
 
 // Per-thread grow-only 64-byte-aligned scratch; slot 0 holds packed A, slot 1 packed B.
@@ -215,6 +221,64 @@ HWY_INLINE void StoreTile(DF d, const VF (&acc)[kMR][2], int64_t rows, size_t co
 
 inline Combine FirstCombine(float beta) {
   return beta == 0.0f ? Combine::kOverwrite : beta == 1.0f ? Combine::kAdd : Combine::kScale;
+}
+
+// The relu / mask epilogue over C[i0..i1, j0..j1), done after the final store of those
+// elements (the packed path calls it per tile while the tile is in L1; the other paths per
+// block). The same vector operations as ops/elementwise.cc's relu_forward (max(v, 0)) and
+// relu_backward (v where mask > 0, else 0), so the fused results are bitwise theirs.
+HWY_INLINE void Epilogue(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  auto apply = [&](VF v, const float* m, size_t count) {
+    if (g.relu) v = hn::Max(v, hn::Zero(d));
+    if (g.mask) v = hn::IfThenElseZero(hn::Gt(LoadFirst(d, m, count), hn::Zero(d)), v);
+    return v;
+  };
+  for (int64_t i = i0; i < i1; ++i) {
+    float* c = g.c + i * g.ldc;
+    const float* m = g.mask ? g.mask + i * g.ldm : nullptr;
+    int64_t j = j0;
+    for (; j + lanes <= j1; j += lanes)
+      hn::StoreU(apply(hn::LoadU(d, c + j), m ? m + j : nullptr, static_cast<size_t>(lanes)), d, c + j);
+    if (j < j1) {
+      const size_t count = static_cast<size_t>(j1 - j);
+      StoreFirst(d, apply(LoadFirst(d, c + j, count), m ? m + j : nullptr, count), count, c + j);
+    }
+  }
+}
+
+// StoreTile with the bias (bias non-null) and the relu / mask epilogue in the same pass:
+// the values the separate Epilogue would give, without storing and reloading the tile.
+// m: the tile's first mask row (nullptr without a mask), rows g.ldm apart.
+HWY_INLINE void StoreTileEpilogue(DF d, const GemmArgs& g, const VF (&acc)[kMR][2], int64_t rows,
+                                  size_t cols, Combine combine, float* HWY_RESTRICT c,
+                                  const float* HWY_RESTRICT bias, const float* HWY_RESTRICT m) {
+  const size_t lanes = hn::Lanes(d);
+  const VF va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
+  const bool read = combine != Combine::kOverwrite;
+  const bool has_bias = bias != nullptr;
+  const size_t cols0 = std::min(cols, lanes), cols1 = cols > lanes ? cols - lanes : 0;
+  const VF b0 = has_bias ? LoadFirst(d, bias, cols0) : hn::Zero(d);
+  const VF b1 = has_bias && cols1 > 0 ? LoadFirst(d, bias + lanes, cols1) : hn::Zero(d);
+  auto post = [&](VF v, const float* mr, size_t count) {
+    if (g.relu) v = hn::Max(v, hn::Zero(d));
+    if (mr) v = hn::IfThenElseZero(hn::Gt(LoadFirst(d, mr, count), hn::Zero(d)), v);
+    return v;
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    float* cr = c + r * g.ldc;
+    const float* mr = m ? m + r * g.ldm : nullptr;
+    const VF o0 = read ? LoadFirst(d, cr, cols0) : hn::Zero(d);
+    StoreFirst(d, post(CombineBias(d, acc[r][0], va, vb, o0, combine, has_bias, b0), mr, cols0),
+               cols0, cr);
+    if (cols1 > 0) {
+      const VF o1 = read ? LoadFirst(d, cr + lanes, cols1) : hn::Zero(d);
+      StoreFirst(d, post(CombineBias(d, acc[r][1], va, vb, o1, combine, has_bias, b1),
+                         mr ? mr + lanes : nullptr, cols1),
+                 cols1, cr + lanes);
+    }
+  }
 }
 
 // ------------------------------------------------------------------ direct path
@@ -793,11 +857,13 @@ inline void PackB(const GemmArgs& g, int64_t p0, int64_t kc, int64_t j0, int64_t
 
 // Rows [ic, ic + mc) × panel columns [jr0, jr1) of the block at column jc (nc wide) for the
 // k-block pc of depth kc: ap holds the packed A block, bp the packed B block (kc × nc).
-// bias: the block's bias when pc is the last k-block, else nullptr.
+// bias: the block's bias when pc is the last k-block, else nullptr. last: pc is the last
+// k-block (the epilogue, if any, follows each tile's store).
 HWY_INLINE void PackedPanels(DF d, const GemmArgs& g, const float* HWY_RESTRICT ap,
                              const float* HWY_RESTRICT bp, int64_t ic, int64_t mc, int64_t jc,
                              int64_t jr0, int64_t jr1, int64_t nc, int64_t kc, Combine combine,
-                             const float* bias) {
+                             const float* bias, bool last) {
+  const bool epilogue = last && g.has_epilogue();
   const int64_t nr = 2 * static_cast<int64_t>(hn::Lanes(d));
   VF acc[kMR][2];
   for (int64_t jr = jr0; jr < jr1; jr += nr) {
@@ -811,8 +877,16 @@ HWY_INLINE void PackedPanels(DF d, const GemmArgs& g, const float* HWY_RESTRICT 
         hwy::Prefetch(ct + r * g.ldc);
         hwy::Prefetch(ct + r * g.ldc + nr - 1);
       }
+      // So are the mask's rows (it lies in memory like C).
+      const float* mt = epilogue && g.mask ? g.mask + (ic + ir) * g.ldm + jc + jr : nullptr;
+      for (int64_t r = 0; mt && r < rows; ++r) {
+        hwy::Prefetch(mt + r * g.ldm);
+        hwy::Prefetch(mt + r * g.ldm + nr - 1);
+      }
       AccumulateTile<6, 2>(d, kc, ap + ir * kc, 1, kMR, bpanel, bpanel + nr / 2, nr, acc);
-      if (bias) {
+      if (epilogue) {
+        StoreTileEpilogue(d, g, acc, rows, cols, combine, ct, bias ? bias + jr : nullptr, mt);
+      } else if (bias) {
         StoreTile<true>(d, acc, rows, cols, g.alpha, g.beta, combine, ct, g.ldc, bias + jr);
       } else {
         StoreTile(d, acc, rows, cols, g.alpha, g.beta, combine, ct, g.ldc);
@@ -842,7 +916,7 @@ inline void GemmPacked(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
       for (int64_t ic = i0; ic < i1; ic += kMC) {
         const int64_t mc = std::min(kMC, i1 - ic);
         PackA(g, ic, mc, pc, kc, ap);
-        PackedPanels(d, g, ap, bp, ic, mc, jc, 0, nc, nc, kc, combine, bias);
+        PackedPanels(d, g, ap, bp, ic, mc, jc, 0, nc, nc, kc, combine, bias, pc + kc >= g.k);
       }
     }
   }
@@ -980,7 +1054,7 @@ inline void GemmPackedDynamic(const GemmArgs& g, std::atomic<int64_t>* next, int
       const Combine combine = pc == 0 ? FirstCombine(g.beta) : Combine::kAdd;
       const float* bias = g.bias && pc + kc >= g.k ? g.bias + jc : nullptr;  // last k block
       PackA(g, ic, mc, pc, kc, ap);
-      PackedPanels(d, g, ap, bp + pc * ncp, ic, mc, jc, 0, nc, nc, kc, combine, bias);
+      PackedPanels(d, g, ap, bp + pc * ncp, ic, mc, jc, 0, nc, nc, kc, combine, bias, pc + kc >= g.k);
     }
   }
 }
@@ -992,10 +1066,12 @@ inline void GemmRowsDynamic(const GemmArgs& g, std::atomic<int64_t>* next, int64
 // C[i0..i1, j0..j1] of product g, on the path the whole product's shape selects.
 inline void GemmBlock(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   if (i0 >= i1 || j0 >= j1) return;
+  if (gemm_detail::use_packed_path(g.m, g.n, g.k, g.trans_b)) {
+    GemmPacked(g, i0, i1, j0, j1);  // its epilogue runs per tile
+    return;
+  }
   if (gemm_detail::use_short_k_path(g.m, g.n, g.k)) {
     GemmShortK(g, i0, i1, j0, j1);
-  } else if (gemm_detail::use_packed_path(g.m, g.n, g.k, g.trans_b)) {
-    GemmPacked(g, i0, i1, j0, j1);
   } else if (gemm_detail::use_swapped_path(g.trans_a, g.m, g.n)) {
     GemmSwapped(g, i0, i1, j0, j1);
   } else if (gemm_detail::use_dot_path(g.trans_a, g.n)) {
@@ -1003,6 +1079,7 @@ inline void GemmBlock(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int
   } else {
     GemmDirect(g, i0, i1, j0, j1);
   }
+  if (g.has_epilogue()) Epilogue(g, i0, i1, j0, j1);  // the block is this call's, done
 }
 
 inline void GemmRowsDynamic(const GemmArgs& g, std::atomic<int64_t>* next, int64_t rows) {

@@ -181,6 +181,52 @@ TEST_CASE("projections of embedding lookups are folded into the tables: same los
   CHECK(count_products(*small.graph, 10) == 6);
 }
 
+TEST_CASE("ReLUs fused into the products around them give bitwise the same step") {
+  // Pre-LN blocks with an MLP (Linear–ReLU–Linear): the small transformer of the tests and
+  // the large benchmark configuration at a small batch.
+  std::vector<ModelConfig> configs = {configs_under_test().back(), lesson_config("reversal-large")};
+  for (const ModelConfig& base : configs) {
+    INFO(base.task);
+    const int64_t batch = 2;
+    std::vector<int32_t> ids, targets;
+    Rng rng(9);
+    fill_batch(base, rng, batch, ids, targets);
+    std::vector<float> loss(2), grads[2], logits[2];
+    for (int fuse = 0; fuse < 2; ++fuse) {
+      ModelConfig c = base;
+      c.fuse_relu = fuse == 1;
+      Model m = build_model(c, batch);
+      int relu = 0, relu_backward = 0, fused_forward = 0, fused_backward = 0;
+      for (const Node& node : m.graph->nodes()) {
+        relu += node.op == OpKind::kRelu;
+        relu_backward += node.op == OpKind::kReluBackward;
+        fused_forward += node.op == OpKind::kLinear && node.attrs.relu;
+        fused_backward += node.op == OpKind::kLinearBackward && node.attrs.relu;
+      }
+      // One ReLU per layer: a node of its own and its backward, or run in the MLP's first
+      // product and in the dx product of its second.
+      CHECK(relu == (fuse ? 0 : c.layers));
+      CHECK(relu_backward == (fuse ? 0 : c.layers));
+      CHECK(fused_forward == (fuse ? c.layers : 0));
+      CHECK(fused_backward == (fuse ? c.layers : 0));
+      for (int step = 0; step < 2; ++step) {
+        Executor ex(*m.graph, {1, 3});
+        load(ex, m, ids, targets);
+        ex.train_step(nullptr);
+        if (step == 1) continue;
+        loss[fuse] = ex.f32(m.loss.id())[0];
+        grads[fuse].assign(ex.grads(), ex.grads() + ex.param_count());
+        const float* l = ex.f32(m.logits.id());
+        logits[fuse].assign(l, l + batch * c.seq_len * c.classes);
+      }
+    }
+    REQUIRE(std::memcmp(&loss[0], &loss[1], sizeof(float)) == 0);
+    REQUIRE(grads[0].size() == grads[1].size());
+    REQUIRE(std::memcmp(grads[0].data(), grads[1].data(), grads[0].size() * sizeof(float)) == 0);
+    REQUIRE(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)) == 0);
+  }
+}
+
 TEST_CASE("memory plan: no live overlap and arena within 5% of the liveness lower bound") {
   std::vector<ModelConfig> configs = configs_under_test();
   configs.push_back(lesson_config("reversal-large"));  // 2 pre-LN blocks, D 256, T 128

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hwy_targets.h"
+#include "ops/elementwise.h"
 #include "ops/gemm.h"
 
 namespace {
@@ -291,6 +292,82 @@ TEST_CASE("sgemm_bias_slice adds the bias on every SIMD target, whatever the sli
       }
     }
   });
+}
+
+// The relu / mask epilogue (a Linear–ReLU's forward, a ReLU's backward in the product of its
+// output's gradient): bitwise relu_forward / relu_backward applied to the plain product's rows,
+// on every path (direct, packed with several k-blocks, short-k, swapped, dot), every SIMD
+// target and slice count, static or dynamic; the ld padding of C untouched.
+TEST_CASE("sgemm_epilogue_slice: relu and mask epilogues are bitwise relu_forward/backward",
+          "[gemm]") {
+  std::vector<Shape> shapes = kLargeShapes;
+  for (Shape s : {Shape{128, 128, 64}, Shape{128, 64, 128}, Shape{640, 128, 32}, Shape{37, 3, 13},
+                  Shape{640, 10, 128}, Shape{300, 1030, 400}, Shape{21, 7, 9}, Shape{5, 3, 0}})
+    shapes.push_back(s);
+  attnkit::test::for_each_simd_target([&](const std::string& target) {
+    uint32_t seed = 900;
+    for (int trans = 0; trans < 4; ++trans) {
+      for (const Shape& s : shapes) {
+        for (int kind = 0; kind < 3; ++kind) {  // relu, mask, both
+          const float beta = kind == 1 ? 0.0f : 0.5f;
+          const Problem p = make_problem(trans & 1, trans & 2, s.m, s.n, s.k, 1.0f, beta, seed % 3, seed);
+          const std::vector<float> bias = random_bias(s.n, seed);
+          // A mask like a ReLU's output: zeros, positives, and (never from a ReLU) negatives.
+          const int64_t ldm = s.n + 5;
+          std::vector<float> mask(static_cast<size_t>(std::max<int64_t>(s.m * ldm, 1)));
+          std::mt19937 rng(seed);
+          for (auto& v : mask) v = static_cast<float>(static_cast<int>(rng() % 3)) - 1.0f;
+          ++seed;
+          attnkit::GemmEpilogue e;
+          e.bias = kind == 2 ? nullptr : bias.data();
+          e.relu = kind != 1;
+          if (kind != 0) e.mask = mask.data(), e.ldm = ldm;
+          // The expected: the plain product, then the elementwise ops row by row.
+          std::vector<float> want = run_bias_slices(p, e.bias, 1);
+          for (int64_t i = 0; i < s.m; ++i) {
+            float* row = want.data() + i * p.ldc;
+            if (e.relu) attnkit::relu_forward(row, row, s.n, Slice{});
+            if (e.mask) attnkit::relu_backward(mask.data() + i * ldm, row, row, s.n, false, Slice{});
+          }
+          INFO(target << " ta=" << p.ta << " tb=" << p.tb << " m=" << s.m << " n=" << s.n
+                      << " k=" << s.k << " kind=" << kind);
+          for (int count : {1, 2, 3}) {
+            std::vector<float> got = p.c;
+            for (int sl = 0; sl < count; ++sl)
+              attnkit::sgemm_epilogue_slice(p.ta, p.tb, p.m, p.n, p.k, p.alpha, p.a.data(), p.lda,
+                                            p.b.data(), p.ldb, p.beta, got.data(), p.ldc, e,
+                                            Slice{sl, count});
+            REQUIRE(bitwise_equal(want, got));
+            std::vector<float> dyn = p.c;
+            attnkit::TaskCounter counters[attnkit::kNodeTaskCounters];
+            for (int sl = 0; sl < count; ++sl)
+              attnkit::sgemm_epilogue_slice(p.ta, p.tb, p.m, p.n, p.k, p.alpha, p.a.data(), p.lda,
+                                            p.b.data(), p.ldb, p.beta, dyn.data(), p.ldc, e,
+                                            Slice{sl, count, counters});
+            REQUIRE(bitwise_equal(want, dyn));
+          }
+        }
+      }
+    }
+  });
+  // The OpenBLAS backend applies the same epilogue after its product.
+  BackendGuard guard(attnkit::GemmBackend::kOpenBLAS);
+  const Problem p = make_problem(false, true, 65, 127, 257, 1.0f, 0.0f, 2, 4);
+  std::vector<float> mask(65 * 127);
+  for (size_t i = 0; i < mask.size(); ++i) mask[i] = static_cast<float>(i % 3) - 1.0f;
+  attnkit::GemmEpilogue e;
+  e.relu = true;
+  e.mask = mask.data(), e.ldm = 127;
+  std::vector<float> want = run_bias_slices(p, nullptr, 1);
+  for (int64_t i = 0; i < p.m; ++i) {
+    float* row = want.data() + i * p.ldc;
+    attnkit::relu_forward(row, row, p.n, Slice{});
+    attnkit::relu_backward(mask.data() + i * 127, row, row, p.n, false, Slice{});
+  }
+  std::vector<float> got = p.c;
+  attnkit::sgemm_epilogue_slice(p.ta, p.tb, p.m, p.n, p.k, p.alpha, p.a.data(), p.lda, p.b.data(),
+                                p.ldb, p.beta, got.data(), p.ldc, e, Slice{});
+  REQUIRE(bitwise_equal(want, got));
 }
 
 // The short-k path (many attention products: k 48 to 160, m >= 48, 48 <= n <= 512, op(B)
