@@ -63,12 +63,18 @@ void linear_backward_run(const RunContext& c, const Node& n, Slice s) {
     sgemm_epilogue_slice(false, true, rows, in, out, 1.0f, dy, out, w, out,
                          n.accumulates(0) ? 1.0f : 0.0f, c.f32(n.out[0]), in, e, s);
   }
-  if (n.out[1] != kNoTensor)
-    sgemm_slice(true, false, in, out, rows, 1.0f, x, in, dy, out, n.accumulates(1) ? 1.0f : 0.0f,
-                c.f32(n.out[1]), out, s.with_counter(1));  // its own task counter
-  // db = Σ_rows dy.
-  if (n.out.size() > 2 && n.out[2] != kNoTensor)
-    bias_backward(dy, c.f32(n.out[2]), rows, out, s, n.accumulates(2));
+  // db = Σ_rows dy: summed while the dW product packs dy when that product is on the packed
+  // path (bitwise the same sums), else a pass of its own.
+  const bool db = n.out.size() > 2 && n.out[2] != kNoTensor;
+  const bool db_fused = db && n.out[1] != kNoTensor && sgemm_fuses_colsum(false, in, out, rows);
+  if (n.out[1] != kNoTensor) {
+    GemmEpilogue e;
+    if (db_fused) e.colsum = c.f32(n.out[2]), e.colsum_accumulate = n.accumulates(2);
+    sgemm_epilogue_slice(true, false, in, out, rows, 1.0f, x, in, dy, out,
+                         n.accumulates(1) ? 1.0f : 0.0f, c.f32(n.out[1]), out, e,
+                         s.with_counter(1));  // its own task counter
+  }
+  if (db && !db_fused) bias_backward(dy, c.f32(n.out[2]), rows, out, s, n.accumulates(2));
 }
 
 void no_build(Graph&, Node&) {}

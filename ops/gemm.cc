@@ -248,6 +248,10 @@ void sgemm_epilogue_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   g.relu = e.relu;
   g.mask = e.mask;
   g.ldm = e.ldm;
+  if (sgemm_fuses_colsum(trans_b, m, n, k)) {
+    g.colsum = e.colsum;
+    g.colsum_accumulate = e.colsum_accumulate;
+  }
   const bool openblas = g_backend.load(std::memory_order_relaxed) == GemmBackend::kOpenBLAS;
   if (s.dynamic() && !openblas && k > 0 && alpha != 0.0f && dynamic_product(g, s)) return;
   const Block blk = block_of_slice(m, n, s, openblas);
@@ -255,6 +259,13 @@ void sgemm_epilogue_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   if (k <= 0 || alpha == 0.0f) {
     scale_block(g, blk);
     if (g.has_epilogue()) HWY_DYNAMIC_DISPATCH(EpilogueTarget)(g, blk.i0, blk.i1, blk.j0, blk.j1);
+    if (g.colsum && blk.i0 == 0) {  // alpha == 0: nothing packs B, the sums still wanted
+      for (int64_t j = blk.j0; j < blk.j1; ++j) {
+        float sum = g.colsum_accumulate ? g.colsum[j] : 0.0f;
+        for (int64_t kk = 0; kk < k; ++kk) sum += b[kk * ldb + j];
+        g.colsum[j] = sum;
+      }
+    }
   } else if (openblas) {
     openblas_rows(g, blk.i0, blk.i1);
     add_bias_rows(g, blk.i0, blk.i1);
@@ -262,6 +273,12 @@ void sgemm_epilogue_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   } else {
     HWY_DYNAMIC_DISPATCH(GemmBlockTarget)(g, blk.i0, blk.i1, blk.j0, blk.j1);
   }
+}
+
+bool sgemm_fuses_colsum(bool trans_b, int64_t m, int64_t n, int64_t k) {
+  return !trans_b && m > 0 && n > 0 && k > 0 &&
+         g_backend.load(std::memory_order_relaxed) == GemmBackend::kAttnkit &&
+         gemm_detail::use_packed_path(m, n, k, trans_b);
 }
 
 void sgemm_batched_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,

@@ -39,12 +39,22 @@ void sgemm_bias_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
 // pass; the mask is the backward of a ReLU folded into the product that computes the
 // gradient of its output: d pre-activation = (dy·Wᵀ) where relu output > 0. The operations
 // are relu_forward's and relu_backward's (ops/elementwise.h), so results are bitwise theirs.
+// Besides, colsum: colsum[j] = Σ_kk B[kk, j] (+ colsum[j] when colsum_accumulate) for B not
+// transposed, each column summed in k order while the product packs B: a Linear's bias
+// gradient from its dW = xᵀ·dy product, without another pass over dy. Only where
+// sgemm_fuses_colsum says so (else colsum is left alone); bitwise bias_backward's sums.
 struct GemmEpilogue {
   const float* bias = nullptr;
   bool relu = false;
   const float* mask = nullptr;
   int64_t ldm = 0;
+  float* colsum = nullptr;
+  bool colsum_accumulate = false;
 };
+
+// Whether sgemm_epilogue_slice computes GemmEpilogue::colsum for a product of this shape (the
+// attnkit backend's packed path, B not transposed).
+bool sgemm_fuses_colsum(bool trans_b, int64_t m, int64_t n, int64_t k);
 
 // sgemm_slice with an epilogue (see GemmEpilogue). Each element still has the same
 // operations whatever the slice count.

@@ -36,6 +36,12 @@ struct GemmArgs {
   const float* mask = nullptr;
   int64_t ldm = 0;
   bool has_epilogue() const { return relu || mask != nullptr; }
+  // colsum[j] += Σ_kk B[kk, j] (B row-major, not transposed), each column summed in k order
+  // while the packed path packs B (the bias gradient of a Linear from its dW = xᵀ·dy
+  // product); colsum is zeroed first unless colsum_accumulate. Only the packed path does
+  // it (see sgemm_fuses_colsum in ops/gemm.h), in the block that holds row 0.
+  float* colsum = nullptr;
+  bool colsum_accumulate = false;
 };
 
 // Per-thread grow-only 64-byte-aligned scratch; slot 0 holds packed A, slot 1 packed B.
@@ -803,12 +809,51 @@ inline void PackA(const GemmArgs& g, int64_t i0, int64_t mc, int64_t p0, int64_t
 // Rows of a row-major B prefetched ahead of the copy in PackB.
 inline constexpr int64_t kPackBAhead = 4;
 
-// op(B)[p0.., j0..] → kc × nc as NR-column panels, each kc × NR (kk-major).
+// Whole 16-column panels of a row-major B copied row by row, each column also added up in
+// row order into colsum (colsum + column, kept in registers over the kc rows).
+template <int64_t kWhole>
+HWY_INLINE void PackBSummed(const GemmArgs& g, int64_t p0, int64_t kc, const float* src0,
+                            float* HWY_RESTRICT panel, float* HWY_RESTRICT colsum) {
+  const DF d;
+  constexpr int64_t kMaxVecs = 4;  // vectors per 16 columns (at least 4 lanes)
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), vecs = 16 / lanes;
+  VF sum[kWhole][kMaxVecs];
+  for (int64_t w = 0; w < kWhole; ++w)
+    for (int64_t h = 0; h < vecs; ++h) sum[w][h] = hn::LoadU(d, colsum + w * 16 + h * lanes);
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    const float* src = src0 + (p0 + kk) * g.ldb;
+    if (kk + kPackBAhead < kc)
+      for (int64_t w = 0; w < kWhole; ++w) hwy::Prefetch(src + kPackBAhead * g.ldb + w * 16);
+    for (int64_t w = 0; w < kWhole; ++w)
+      for (int64_t h = 0; h < vecs; ++h) {
+        const VF v = hn::LoadU(d, src + w * 16 + h * lanes);
+        hn::StoreU(v, d, panel + w * 16 * kc + kk * 16 + h * lanes);
+        sum[w][h] = hn::Add(sum[w][h], v);
+      }
+  }
+  for (int64_t w = 0; w < kWhole; ++w)
+    for (int64_t h = 0; h < vecs; ++h) hn::StoreU(sum[w][h], d, colsum + w * 16 + h * lanes);
+}
+
+// op(B)[p0.., j0..] → kc × nc as NR-column panels, each kc × NR (kk-major). colsum (B not
+// transposed; nullptr for none): the nc columns' sums, added to in row order.
 inline void PackB(const GemmArgs& g, int64_t p0, int64_t kc, int64_t j0, int64_t nc, int64_t nr,
-                  float* HWY_RESTRICT out) {
+                  float* HWY_RESTRICT out, float* HWY_RESTRICT colsum = nullptr) {
   for (int64_t jp = 0; jp < nc; jp += nr) {
     const int64_t cols = std::min(nr, nc - jp);
     float* panel = out + jp * kc;
+    if (colsum && !g.trans_b && cols == 16 && nr == 16) {  // whole panels, summed
+      const int64_t whole = std::min<int64_t>(4, (nc - jp) / 16);
+      const float* src0 = g.b + j0 + jp;
+      switch (whole) {
+        case 4: PackBSummed<4>(g, p0, kc, src0, panel, colsum + jp); break;
+        case 3: PackBSummed<3>(g, p0, kc, src0, panel, colsum + jp); break;
+        case 2: PackBSummed<2>(g, p0, kc, src0, panel, colsum + jp); break;
+        default: PackBSummed<1>(g, p0, kc, src0, panel, colsum + jp); break;
+      }
+      jp += (whole - 1) * 16;
+      continue;
+    }
     if (!g.trans_b && cols == 16 && nr == 16) {  // whole panel rows (a fixed-size copy)
       // Up to 4 whole panels at once, row by row: 256 bytes of each row of B read in order
       // (rows 1 KB apart fall in a few L1 sets when walked panel by panel; more panels at
@@ -843,6 +888,8 @@ inline void PackB(const GemmArgs& g, int64_t p0, int64_t kc, int64_t j0, int64_t
         float* dst = panel + kk * nr;
         for (int64_t j = 0; j < cols; ++j) dst[j] = src[j];
         for (int64_t j = cols; j < nr; ++j) dst[j] = 0.0f;
+        if (colsum)
+          for (int64_t j = 0; j < cols; ++j) colsum[jp + j] += src[j];
       }
     } else {
       for (int64_t j = 0; j < cols; ++j) {
@@ -906,13 +953,16 @@ inline void GemmPacked(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
   const int64_t kc_max = std::min(kKC, g.k);
   float* bp = gemm_detail::thread_scratch(1, static_cast<size_t>(kc_max * nc_max));
   float* ap = gemm_detail::thread_scratch(0, static_cast<size_t>(kc_max * mc_max + kPackASlack));
+  // Column sums of B by the block holding row 0 (one owner per column whatever the slicing).
+  float* colsum = g.colsum && !g.trans_b && i0 == 0 ? g.colsum : nullptr;
+  if (colsum && !g.colsum_accumulate) std::fill(colsum + j0, colsum + j1, 0.0f);
   for (int64_t jc = j0; jc < j1; jc += kNC) {
     const int64_t nc = std::min(kNC, j1 - jc);
     for (int64_t pc = 0; pc < g.k; pc += kKC) {
       const int64_t kc = std::min(kKC, g.k - pc);
       const Combine combine = pc == 0 ? FirstCombine(g.beta) : Combine::kAdd;
       const float* bias = g.bias && pc + kc >= g.k ? g.bias + jc : nullptr;  // last k block
-      PackB(g, pc, kc, jc, nc, nr, bp);
+      PackB(g, pc, kc, jc, nc, nr, bp, colsum ? colsum + jc : nullptr);
       for (int64_t ic = i0; ic < i1; ic += kMC) {
         const int64_t mc = std::min(kMC, i1 - ic);
         PackA(g, ic, mc, pc, kc, ap);

@@ -370,6 +370,50 @@ TEST_CASE("sgemm_epilogue_slice: relu and mask epilogues are bitwise relu_forwar
   REQUIRE(bitwise_equal(want, got));
 }
 
+// Column sums of B while the packed path packs it (a Linear's bias gradient from its dW
+// product): bitwise bias_backward's sums, whatever the slice count; left alone where
+// sgemm_fuses_colsum says the path does not do it.
+TEST_CASE("sgemm_epilogue_slice sums B's columns as bias_backward does", "[gemm]") {
+  // The last two are not on the packed path (short-k, direct): no sums there.
+  const std::vector<Shape> shapes = {{256, 256, 4096}, {256, 1024, 4096}, {1024, 256, 700},
+                                     {130, 600, 400}, {97, 64, 1000}, {96, 100, 90}, {32, 32, 640}};
+  attnkit::test::for_each_simd_target([&](const std::string& target) {
+    uint32_t seed = 1300;
+    for (const Shape& s : shapes) {
+      for (bool accumulate : {false, true}) {
+        const Problem p = make_problem(true, false, s.m, s.n, s.k, 1.0f, 0.0f, seed % 3, seed);
+        ++seed;
+        // B is k × n with row stride ldb: the sums of its n columns over k rows.
+        std::vector<float> dy(static_cast<size_t>(s.k * s.n));
+        for (int64_t r = 0; r < s.k; ++r)
+          for (int64_t j = 0; j < s.n; ++j) dy[r * s.n + j] = p.b[r * p.ldb + j];
+        const std::vector<float> start = random_bias(s.n, seed);
+        std::vector<float> want = start;
+        attnkit::bias_backward(dy.data(), want.data(), s.k, s.n, Slice{}, accumulate);
+        const bool fused = attnkit::sgemm_fuses_colsum(false, s.m, s.n, s.k);
+        INFO(target << " m=" << s.m << " n=" << s.n << " k=" << s.k << " accumulate=" << accumulate
+                    << " fused=" << fused);
+        CHECK(fused == (s.k > 160 && s.m > 32));
+        for (int count : {1, 2, 3}) {
+          for (bool dynamic : {false, true}) {
+            std::vector<float> got = start, c = p.c;
+            attnkit::GemmEpilogue e;
+            e.colsum = got.data();
+            e.colsum_accumulate = accumulate;
+            attnkit::TaskCounter counters[attnkit::kNodeTaskCounters];
+            for (int sl = 0; sl < count; ++sl)
+              attnkit::sgemm_epilogue_slice(p.ta, p.tb, p.m, p.n, p.k, p.alpha, p.a.data(), p.lda,
+                                            p.b.data(), p.ldb, p.beta, c.data(), p.ldc, e,
+                                            dynamic ? Slice{sl, count, counters} : Slice{sl, count});
+            REQUIRE(bitwise_equal(fused ? want : start, got));
+            REQUIRE(bitwise_equal(run_slices(p, 1), c));  // the product itself unchanged
+          }
+        }
+      }
+    }
+  });
+}
+
 // The short-k path (many attention products: k 48 to 160, m >= 48, 48 <= n <= 512, op(B)
 // packed into column micro-panels, A broadcast in place): every transpose combination, strided
 // operands as in [B, T, H·dh] activations (pad 192: 64 columns in rows of 256), beta 0 / 1 /
