@@ -2,7 +2,7 @@
 // Executor::train_step) at each lesson's batch size, 1 and 2 threads.
 //
 //   bench_train_step [--batch=N] [--models=neighbor-sum,duplicates,reversal,reversal-large]
-//                    [--threads=1,2] [--adaptive=0|1] [--fold=0|1] [--fuse-relu=0|1]
+//                    [--threads=1,2] [--adaptive=0|1] [--fold=0|1] [--fuse=0|1]
 //                    [--profile=STEPS]
 //                    [Google Benchmark flags, e.g. --benchmark_min_time=0.5]
 //
@@ -13,7 +13,7 @@
 // executor's adaptive thread use (ExecutorOptions::adaptive_threads), so that N threads are
 // really N threads every step. --fold=0 builds the textbook graph, without folding the
 // projections of embedding lookups into the tables (see linear() in engine/modules.h).
-// --fuse-relu=0 keeps the ReLUs as nodes of their own (see Graph::fuse_relu).
+// --fuse=0 keeps ReLUs and residual sums as nodes of their own (see Graph::fuse_elementwise).
 // --profile=STEPS runs that many steps of each model with the
 // executor's per-node timing on and prints the slowest nodes instead of benchmarking.
 // Token batches (with the task's true targets) are generated before timing; a few distinct
@@ -68,12 +68,12 @@ void targets_for(const ModelConfig& c, const int32_t* x, int32_t* y) {
 constexpr int kDistinctBatches = 4;
 bool g_adaptive = true;
 bool g_fold = true;
-bool g_fuse_relu = true;
+bool g_fuse = true;
 
 ModelConfig bench_config(const std::string& task) {
   ModelConfig c = lesson_config(task);
   c.fold_embedding_projections = g_fold;
-  c.fuse_relu = g_fuse_relu;
+  c.fuse_elementwise = g_fuse;
   return c;
 }
 
@@ -186,8 +186,8 @@ int main(int argc, char** argv) {
       g_adaptive = v != "0";
     } else if (take_flag(argc, argv, i, "--fold", &v)) {
       g_fold = v != "0";
-    } else if (take_flag(argc, argv, i, "--fuse-relu", &v)) {
-      g_fuse_relu = v != "0";
+    } else if (take_flag(argc, argv, i, "--fuse", &v)) {
+      g_fuse = v != "0";
     } else if (take_flag(argc, argv, i, "--profile", &v)) {
       profile_steps = std::atoi(v.c_str());
       if (profile_steps <= 0) {

@@ -99,10 +99,10 @@ void Graph::backward(Tensor loss) {
       throw ShapeError(std::string("backward: op ") + def.name + " has no gradient");
     def.differentiate(ad, node);
   }
-  if (fuse_relu_) fuse_relu(loss.id());
+  if (fuse_elementwise_) fuse_elementwise(loss.id());
 }
 
-void Graph::fuse_relu(TensorId loss) {
+void Graph::fuse_elementwise(TensorId loss) {
   auto uses = [&](TensorId t) {
     int64_t n = tensor(t).keep || t == loss ? 1 : 0;
     for (const Node& node : nodes_)
@@ -140,6 +140,21 @@ void Graph::fuse_relu(TensorId loss) {
       lb.attrs.relu = true;
       lb.out[0] = r.out[0];
       dead[i] = true;
+    } else if (r.op == OpKind::kAdd && i < forward_nodes_) {  // y = x·W + b; z = y + r
+      for (int k = 0; k < 2; ++k) {
+        const TensorId y = r.in[static_cast<size_t>(k)], res = r.in[static_cast<size_t>(1 - k)];
+        const int64_t p = producer(y);
+        if (p < 0 || uses(y) != 1) continue;
+        Node& lin = nodes_[static_cast<size_t>(p)];
+        if (lin.op != OpKind::kLinear || lin.in.size() > 3) continue;
+        const TensorDesc &dy = tensor(y), &dr = tensor(res);
+        if (dy.shape != dr.shape || dy.batched != dr.batched) continue;  // not a broadcast
+        if (producer(res) > p || res == y) continue;  // r must be there when the Linear runs
+        lin.in.push_back(res);
+        lin.out[0] = r.out[0];
+        dead[i] = true;
+        break;
+      }
     }
   }
   size_t j = 0, forward = 0;

@@ -33,7 +33,8 @@ struct NodeAttrs {
   bool causal = false;
   // kLinear: y = max(x·W + b, 0), a ReLU run in the product's store. kLinearBackward: x is a
   // ReLU's output and dx the gradient of that ReLU's input, (dy·Wᵀ) where x > 0. Set by
-  // Graph::backward() when it fuses the ReLUs of a training graph (see fuse_relu).
+  // Graph::backward() when it fuses the ReLUs of a training graph (see fuse_elementwise).
+  // (A kLinear may also have a 4th input r, added in its store: y = x·W + b (relu'd) + r.)
   bool relu = false;
 };
 
@@ -125,10 +126,10 @@ class Graph {
   // tables (see modules.h). On by default; off gives the textbook graph, e.g. to measure.
   bool fold_embedding_projections() const { return fold_embedding_projections_; }
   void set_fold_embedding_projections(bool on) { fold_embedding_projections_ = on; }
-  // Whether backward() fuses ReLUs into the products around them (see fuse_relu). On by
-  // default; the results are bitwise the same either way.
-  bool fuse_relu_enabled() const { return fuse_relu_; }
-  void set_fuse_relu(bool on) { fuse_relu_ = on; }
+  // Whether backward() fuses ReLUs and residual sums into the products around them (see
+  // fuse_elementwise). On by default; the results are bitwise the same either way.
+  bool fuse_elementwise_enabled() const { return fuse_elementwise_; }
+  void set_fuse_elementwise(bool on) { fuse_elementwise_ = on; }
 
   // "tok(ids) [64, 10, 32]": a tensor named for error messages.
   std::string describe(TensorId id) const;
@@ -143,9 +144,11 @@ class Graph {
   // Called by backward() after it differentiates (engine/autodiff.cc): a ReLU whose input is
   // a Linear's output used only there runs in that Linear's product (attrs.relu), and the
   // ReLU's backward in the product computing the gradient of its output, when that product
-  // (the next Linear's dx) is the gradient's only contribution. The results are bitwise
-  // those of the separate nodes.
-  void fuse_relu(TensorId loss);
+  // (the next Linear's dx) is the gradient's only contribution; a sum y + r of same-shaped
+  // tensors, y a Linear's output used only there and r computed before that Linear, is added
+  // in the Linear's store (its 4th input; the sum's gradient already is y's). The results are
+  // bitwise those of the separate nodes.
+  void fuse_elementwise(TensorId loss);
 
   int64_t max_batch_;
   std::deque<TensorDesc> tensors_;
@@ -155,7 +158,7 @@ class Graph {
   int64_t param_elements_ = 0;
   size_t forward_nodes_ = 0;
   bool fold_embedding_projections_ = true;
-  bool fuse_relu_ = true;
+  bool fuse_elementwise_ = true;
 };
 
 }  // namespace attnkit

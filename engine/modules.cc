@@ -114,8 +114,10 @@ void Graph::optimize_forward(TensorId loss) {
     const size_t first_new = nodes_.size();
     const Tensor w_merged = plain_linear(*this, wc.id(), w, Tensor());           // Wc·W
     const Tensor b_merged = bc.valid() ? plain_linear(*this, bc.id(), w, b) : b;  // bc·W + b
-    const Tensor ya = plain_linear(*this, proj.in[0], w_merged, b_merged);
+    // The lookup first: the product ya then runs after it and can add it in its store
+    // (see fuse_elementwise).
     const Tensor yp = folded_linear(*this, p, w, Tensor(), 0);
+    const Tensor ya = plain_linear(*this, proj.in[0], w_merged, b_merged);
     (void)(ya + yp);  // the last new node: its output becomes the old node's below
     // The new nodes take the old node's place and write its output tensor.
     std::vector<Node> added(nodes_.begin() + static_cast<std::ptrdiff_t>(first_new), nodes_.end());

@@ -32,7 +32,8 @@ void linear_run(const RunContext& c, const Node& n, Slice s) {
   const int64_t rows = xs.rows(), in = xs.last(), out = c.shape(n.in[1])[1];
   GemmEpilogue e;
   e.bias = n.in[2] != kNoTensor ? c.f32(n.in[2]) : nullptr;
-  e.relu = n.attrs.relu;  // y = max(x·W + b, 0) (a fused ReLU, see Graph::fuse_relu)
+  e.relu = n.attrs.relu;  // y = max(x·W + b, 0) (a fused ReLU, see Graph::fuse_elementwise)
+  if (n.in.size() > 3) e.addend = c.f32(n.in[3]), e.ld_addend = out;  // a fused residual sum
   sgemm_epilogue_slice(false, false, rows, out, in, 1.0f, c.f32(n.in[0]), in, c.f32(n.in[1]),
                        out, 0.0f, c.f32(n.out[0]), out, e, s);
 }
@@ -56,7 +57,7 @@ void linear_backward_run(const RunContext& c, const Node& n, Slice s) {
   const float *x = c.f32(n.in[0]), *w = c.f32(n.in[1]), *dy = c.f32(n.in[2]);
   // In the forward pass y = x·W, so dx = dy·Wᵀ and dW = xᵀ·dy.
   // With attrs.relu, x is a ReLU's output and out[0] the gradient of its input: dx where
-  // x > 0 (a fused relu_backward, see Graph::fuse_relu).
+  // x > 0 (a fused relu_backward, see Graph::fuse_elementwise).
   if (n.out[0] != kNoTensor) {
     GemmEpilogue e;
     if (n.attrs.relu) e.mask = x, e.ldm = in;

@@ -60,7 +60,7 @@ Model build_model(const ModelConfig& c, int64_t max_batch, bool with_backward) {
   m.graph = std::make_unique<Graph>(max_batch);
   Graph& g = *m.graph;
   g.set_fold_embedding_projections(c.fold_embedding_projections);
-  g.set_fuse_relu(c.fuse_relu);
+  g.set_fuse_elementwise(c.fuse_elementwise);
   m.ids = g.input("ids", {c.seq_len}, DType::kI32);
   m.targets = g.input("targets", {c.seq_len}, DType::kI32);
 

@@ -35,9 +35,10 @@ struct ModelConfig {
   // tables (Graph::fold_embedding_projections, see linear() in engine/modules.h). Not saved
   // in checkpoints; turning it off changes only rounding.
   bool fold_embedding_projections = true;
-  // ReLUs run inside the products next to them (Graph::set_fuse_relu): bitwise the same
-  // results; off only to measure. Not saved in checkpoints.
-  bool fuse_relu = true;
+  // ReLUs and residual sums run inside the products next to them
+  // (Graph::set_fuse_elementwise): bitwise the same results; off only to measure. Not saved
+  // in checkpoints.
+  bool fuse_elementwise = true;
 };
 
 // The lesson's configuration of a task (throws Error for an unknown task). Besides the three

@@ -248,6 +248,8 @@ void sgemm_epilogue_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   g.relu = e.relu;
   g.mask = e.mask;
   g.ldm = e.ldm;
+  g.addend = e.addend;
+  g.ld_addend = e.ld_addend;
   if (sgemm_fuses_colsum(trans_b, m, n, k)) {
     g.colsum = e.colsum;
     g.colsum_accumulate = e.colsum_accumulate;

@@ -35,10 +35,12 @@ void sgemm_bias_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
 
 // What sgemm_epilogue_slice does to each element of C after its final value is stored,
 // in this order: + bias[j] (n values; as sgemm_bias_slice), then relu: C = max(C, 0), then
-// mask: C = C where mask[i·ldm + j] > 0, else 0. The relu is a Linear–ReLU's forward in one
-// pass; the mask is the backward of a ReLU folded into the product that computes the
-// gradient of its output: d pre-activation = (dy·Wᵀ) where relu output > 0. The operations
-// are relu_forward's and relu_backward's (ops/elementwise.h), so results are bitwise theirs.
+// mask: C = C where mask[i·ldm + j] > 0, else 0, then addend: C = C + addend[i·ld_addend + j].
+// The relu is a Linear–ReLU's forward in one pass; the mask is the backward of a ReLU folded
+// into the product that computes the gradient of its output: d pre-activation = (dy·Wᵀ)
+// where relu output > 0; the addend is a residual sum x·W + b + r. The operations are
+// relu_forward's, relu_backward's and add_forward's (ops/elementwise.h), so results are
+// bitwise theirs. The addend and mask must not overlap C.
 // Besides, colsum: colsum[j] = Σ_kk B[kk, j] (+ colsum[j] when colsum_accumulate) for B not
 // transposed, each column summed in k order while the product packs B: a Linear's bias
 // gradient from its dW = xᵀ·dy product, without another pass over dy. Only where
@@ -48,6 +50,8 @@ struct GemmEpilogue {
   bool relu = false;
   const float* mask = nullptr;
   int64_t ldm = 0;
+  const float* addend = nullptr;
+  int64_t ld_addend = 0;
   float* colsum = nullptr;
   bool colsum_accumulate = false;
 };

@@ -31,11 +31,14 @@ struct GemmArgs {
   // beta·C are combined), or nullptr.
   const float* bias = nullptr;
   // After that final store (see GemmEpilogue in ops/gemm.h): relu: C = max(C, 0); mask:
-  // C = C where mask > 0, else 0, mask laid out like C with row stride ldm.
+  // C = C where mask > 0, else 0, mask laid out like C with row stride ldm; addend:
+  // C = C + addend (row stride ld_addend).
   bool relu = false;
   const float* mask = nullptr;
   int64_t ldm = 0;
-  bool has_epilogue() const { return relu || mask != nullptr; }
+  const float* addend = nullptr;
+  int64_t ld_addend = 0;
+  bool has_epilogue() const { return relu || mask != nullptr || addend != nullptr; }
   // colsum[j] += Σ_kk B[kk, j] (B row-major, not transposed), each column summed in k order
   // while the packed path packs B (the bias gradient of a Linear from its dW = xᵀ·dy
   // product); colsum is zeroed first unless colsum_accumulate. Only the packed path does
@@ -229,37 +232,40 @@ inline Combine FirstCombine(float beta) {
   return beta == 0.0f ? Combine::kOverwrite : beta == 1.0f ? Combine::kAdd : Combine::kScale;
 }
 
-// The relu / mask epilogue over C[i0..i1, j0..j1), done after the final store of those
-// elements (the packed path calls it per tile while the tile is in L1; the other paths per
-// block). The same vector operations as ops/elementwise.cc's relu_forward (max(v, 0)) and
-// relu_backward (v where mask > 0, else 0), so the fused results are bitwise theirs.
+// The relu / mask / addend epilogue of one stored value v of C's row i, columns from j
+// (count of them): the same vector operations as ops/elementwise.cc's relu_forward
+// (max(v, 0)), relu_backward (v where mask > 0, else 0) and add_forward (v + addend), so the
+// fused results are bitwise theirs.
+HWY_INLINE VF EpilogueVec(DF d, const GemmArgs& g, VF v, int64_t i, int64_t j, size_t count) {
+  if (g.relu) v = hn::Max(v, hn::Zero(d));
+  if (g.mask) v = hn::IfThenElseZero(hn::Gt(LoadFirst(d, g.mask + i * g.ldm + j, count), hn::Zero(d)), v);
+  if (g.addend) v = hn::Add(v, LoadFirst(d, g.addend + i * g.ld_addend + j, count));
+  return v;
+}
+
+// The epilogue over C[i0..i1, j0..j1), after the final store of those elements (the packed
+// path applies it per tile as it stores, see StoreTileEpilogue; the other paths per block).
 HWY_INLINE void Epilogue(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  auto apply = [&](VF v, const float* m, size_t count) {
-    if (g.relu) v = hn::Max(v, hn::Zero(d));
-    if (g.mask) v = hn::IfThenElseZero(hn::Gt(LoadFirst(d, m, count), hn::Zero(d)), v);
-    return v;
-  };
   for (int64_t i = i0; i < i1; ++i) {
     float* c = g.c + i * g.ldc;
-    const float* m = g.mask ? g.mask + i * g.ldm : nullptr;
     int64_t j = j0;
     for (; j + lanes <= j1; j += lanes)
-      hn::StoreU(apply(hn::LoadU(d, c + j), m ? m + j : nullptr, static_cast<size_t>(lanes)), d, c + j);
+      hn::StoreU(EpilogueVec(d, g, hn::LoadU(d, c + j), i, j, static_cast<size_t>(lanes)), d, c + j);
     if (j < j1) {
       const size_t count = static_cast<size_t>(j1 - j);
-      StoreFirst(d, apply(LoadFirst(d, c + j, count), m ? m + j : nullptr, count), count, c + j);
+      StoreFirst(d, EpilogueVec(d, g, LoadFirst(d, c + j, count), i, j, count), count, c + j);
     }
   }
 }
 
-// StoreTile with the bias (bias non-null) and the relu / mask epilogue in the same pass:
-// the values the separate Epilogue would give, without storing and reloading the tile.
-// m: the tile's first mask row (nullptr without a mask), rows g.ldm apart.
+// StoreTile with the bias (bias non-null) and the epilogue in the same pass: the values the
+// separate Epilogue would give, without storing and reloading the tile, whose first element
+// is C[i, j].
 HWY_INLINE void StoreTileEpilogue(DF d, const GemmArgs& g, const VF (&acc)[kMR][2], int64_t rows,
                                   size_t cols, Combine combine, float* HWY_RESTRICT c,
-                                  const float* HWY_RESTRICT bias, const float* HWY_RESTRICT m) {
+                                  const float* HWY_RESTRICT bias, int64_t i, int64_t j) {
   const size_t lanes = hn::Lanes(d);
   const VF va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
   const bool read = combine != Combine::kOverwrite;
@@ -267,21 +273,15 @@ HWY_INLINE void StoreTileEpilogue(DF d, const GemmArgs& g, const VF (&acc)[kMR][
   const size_t cols0 = std::min(cols, lanes), cols1 = cols > lanes ? cols - lanes : 0;
   const VF b0 = has_bias ? LoadFirst(d, bias, cols0) : hn::Zero(d);
   const VF b1 = has_bias && cols1 > 0 ? LoadFirst(d, bias + lanes, cols1) : hn::Zero(d);
-  auto post = [&](VF v, const float* mr, size_t count) {
-    if (g.relu) v = hn::Max(v, hn::Zero(d));
-    if (mr) v = hn::IfThenElseZero(hn::Gt(LoadFirst(d, mr, count), hn::Zero(d)), v);
-    return v;
-  };
   for (int64_t r = 0; r < rows; ++r) {
     float* cr = c + r * g.ldc;
-    const float* mr = m ? m + r * g.ldm : nullptr;
     const VF o0 = read ? LoadFirst(d, cr, cols0) : hn::Zero(d);
-    StoreFirst(d, post(CombineBias(d, acc[r][0], va, vb, o0, combine, has_bias, b0), mr, cols0),
+    StoreFirst(d, EpilogueVec(d, g, CombineBias(d, acc[r][0], va, vb, o0, combine, has_bias, b0), i + r, j, cols0),
                cols0, cr);
     if (cols1 > 0) {
       const VF o1 = read ? LoadFirst(d, cr + lanes, cols1) : hn::Zero(d);
-      StoreFirst(d, post(CombineBias(d, acc[r][1], va, vb, o1, combine, has_bias, b1),
-                         mr ? mr + lanes : nullptr, cols1),
+      StoreFirst(d, EpilogueVec(d, g, CombineBias(d, acc[r][1], va, vb, o1, combine, has_bias, b1),
+                                i + r, j + static_cast<int64_t>(lanes), cols1),
                  cols1, cr + lanes);
     }
   }
@@ -815,7 +815,7 @@ template <int64_t kWhole>
 HWY_INLINE void PackBSummed(const GemmArgs& g, int64_t p0, int64_t kc, const float* src0,
                             float* HWY_RESTRICT panel, float* HWY_RESTRICT colsum) {
   const DF d;
-  constexpr int64_t kMaxVecs = 4;  // vectors per 16 columns (at least 4 lanes)
+  constexpr int64_t kMaxVecs = 16;  // 16 / lanes vectors per panel: room for any target
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), vecs = 16 / lanes;
   VF sum[kWhole][kMaxVecs];
   for (int64_t w = 0; w < kWhole; ++w)
@@ -924,15 +924,18 @@ HWY_INLINE void PackedPanels(DF d, const GemmArgs& g, const float* HWY_RESTRICT 
         hwy::Prefetch(ct + r * g.ldc);
         hwy::Prefetch(ct + r * g.ldc + nr - 1);
       }
-      // So are the mask's rows (it lies in memory like C).
-      const float* mt = epilogue && g.mask ? g.mask + (ic + ir) * g.ldm + jc + jr : nullptr;
-      for (int64_t r = 0; mt && r < rows; ++r) {
-        hwy::Prefetch(mt + r * g.ldm);
-        hwy::Prefetch(mt + r * g.ldm + nr - 1);
+      // So are the epilogue's operands (they lie in memory like C).
+      for (const auto& [op, ld] : {std::pair<const float*, int64_t>{g.mask, g.ldm}, {g.addend, g.ld_addend}}) {
+        if (!epilogue || !op) continue;
+        const float* t = op + (ic + ir) * ld + jc + jr;
+        for (int64_t r = 0; r < rows; ++r) {
+          hwy::Prefetch(t + r * ld);
+          hwy::Prefetch(t + r * ld + nr - 1);
+        }
       }
       AccumulateTile<6, 2>(d, kc, ap + ir * kc, 1, kMR, bpanel, bpanel + nr / 2, nr, acc);
       if (epilogue) {
-        StoreTileEpilogue(d, g, acc, rows, cols, combine, ct, bias ? bias + jr : nullptr, mt);
+        StoreTileEpilogue(d, g, acc, rows, cols, combine, ct, bias ? bias + jr : nullptr, ic + ir, jc + jr);
       } else if (bias) {
         StoreTile<true>(d, acc, rows, cols, g.alpha, g.beta, combine, ct, g.ldc, bias + jr);
       } else {

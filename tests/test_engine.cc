@@ -181,10 +181,9 @@ TEST_CASE("projections of embedding lookups are folded into the tables: same los
   CHECK(count_products(*small.graph, 10) == 6);
 }
 
-TEST_CASE("ReLUs fused into the products around them give bitwise the same step") {
-  // Pre-LN blocks with an MLP (Linear–ReLU–Linear): the small transformer of the tests and
-  // the large benchmark configuration at a small batch.
-  std::vector<ModelConfig> configs = {configs_under_test().back(), lesson_config("reversal-large")};
+TEST_CASE("ReLUs and residual sums fused into the products around them: bitwise the same step") {
+  std::vector<ModelConfig> configs = configs_under_test();
+  configs.push_back(lesson_config("reversal-large"));
   for (const ModelConfig& base : configs) {
     INFO(base.task);
     const int64_t batch = 2;
@@ -192,9 +191,10 @@ TEST_CASE("ReLUs fused into the products around them give bitwise the same step"
     Rng rng(9);
     fill_batch(base, rng, batch, ids, targets);
     std::vector<float> loss(2), grads[2], logits[2];
+    int adds[2] = {0, 0}, residual_products = 0;
     for (int fuse = 0; fuse < 2; ++fuse) {
       ModelConfig c = base;
-      c.fuse_relu = fuse == 1;
+      c.fuse_elementwise = fuse == 1;
       Model m = build_model(c, batch);
       int relu = 0, relu_backward = 0, fused_forward = 0, fused_backward = 0;
       for (const Node& node : m.graph->nodes()) {
@@ -202,14 +202,18 @@ TEST_CASE("ReLUs fused into the products around them give bitwise the same step"
         relu_backward += node.op == OpKind::kReluBackward;
         fused_forward += node.op == OpKind::kLinear && node.attrs.relu;
         fused_backward += node.op == OpKind::kLinearBackward && node.attrs.relu;
+        adds[fuse] += node.op == OpKind::kAdd;
+        if (fuse) residual_products += node.op == OpKind::kLinear && node.in.size() > 3;
       }
-      // One ReLU per layer: a node of its own and its backward, or run in the MLP's first
-      // product and in the dx product of its second.
-      CHECK(relu == (fuse ? 0 : c.layers));
-      CHECK(relu_backward == (fuse ? 0 : c.layers));
-      CHECK(fused_forward == (fuse ? c.layers : 0));
-      CHECK(fused_backward == (fuse ? c.layers : 0));
-      for (int step = 0; step < 2; ++step) {
+      if (c.block_mlp > 0) {
+        // A ReLU per layer between the MLP's products: a node of its own and its backward, or
+        // run in the first product and in the dx product of the second.
+        CHECK(relu == (fuse ? 0 : c.layers));
+        CHECK(relu_backward == (fuse ? 0 : c.layers));
+        CHECK(fused_forward == (fuse ? c.layers : 0));
+        CHECK(fused_backward == (fuse ? c.layers : 0));
+      }
+      for (int step = 0; step < 2; ++step) {  // the second step runs on updated parameters
         Executor ex(*m.graph, {1, 3});
         load(ex, m, ids, targets);
         ex.train_step(nullptr);
@@ -220,6 +224,10 @@ TEST_CASE("ReLUs fused into the products around them give bitwise the same step"
         logits[fuse].assign(l, l + batch * c.seq_len * c.classes);
       }
     }
+    // Every residual sum of a projection went into its product.
+    CHECK(adds[0] - adds[1] == residual_products);
+    if (base.block_mlp > 0) CHECK(residual_products == 2 * base.layers);  // attention and MLP
+    if (base.head == HeadKind::kMlp) CHECK(residual_products >= 1);  // the folded head's sum
     REQUIRE(std::memcmp(&loss[0], &loss[1], sizeof(float)) == 0);
     REQUIRE(grads[0].size() == grads[1].size());
     REQUIRE(std::memcmp(grads[0].data(), grads[1].data(), grads[0].size() * sizeof(float)) == 0);

@@ -294,11 +294,12 @@ TEST_CASE("sgemm_bias_slice adds the bias on every SIMD target, whatever the sli
   });
 }
 
-// The relu / mask epilogue (a Linear–ReLU's forward, a ReLU's backward in the product of its
-// output's gradient): bitwise relu_forward / relu_backward applied to the plain product's rows,
+// The relu / mask / addend epilogue (a Linear–ReLU's forward, a ReLU's backward in the product
+// of its output's gradient, a residual sum): bitwise relu_forward / relu_backward / add_forward
+// applied to the plain product's rows,
 // on every path (direct, packed with several k-blocks, short-k, swapped, dot), every SIMD
 // target and slice count, static or dynamic; the ld padding of C untouched.
-TEST_CASE("sgemm_epilogue_slice: relu and mask epilogues are bitwise relu_forward/backward",
+TEST_CASE("sgemm_epilogue_slice: relu, mask and addend are bitwise relu_forward/backward, add",
           "[gemm]") {
   std::vector<Shape> shapes = kLargeShapes;
   for (Shape s : {Shape{128, 128, 64}, Shape{128, 64, 128}, Shape{640, 128, 32}, Shape{37, 3, 13},
@@ -308,8 +309,8 @@ TEST_CASE("sgemm_epilogue_slice: relu and mask epilogues are bitwise relu_forwar
     uint32_t seed = 900;
     for (int trans = 0; trans < 4; ++trans) {
       for (const Shape& s : shapes) {
-        for (int kind = 0; kind < 3; ++kind) {  // relu, mask, both
-          const float beta = kind == 1 ? 0.0f : 0.5f;
+        for (int kind = 0; kind < 5; ++kind) {  // relu, mask, relu + mask, addend, all three
+          const float beta = kind == 1 || kind == 3 ? 0.0f : 0.5f;
           const Problem p = make_problem(trans & 1, trans & 2, s.m, s.n, s.k, 1.0f, beta, seed % 3, seed);
           const std::vector<float> bias = random_bias(s.n, seed);
           // A mask like a ReLU's output: zeros, positives, and (never from a ReLU) negatives.
@@ -318,16 +319,20 @@ TEST_CASE("sgemm_epilogue_slice: relu and mask epilogues are bitwise relu_forwar
           std::mt19937 rng(seed);
           for (auto& v : mask) v = static_cast<float>(static_cast<int>(rng() % 3)) - 1.0f;
           ++seed;
+          std::vector<float> addend(mask.size());
+          for (auto& v : addend) v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 300.0f;
           attnkit::GemmEpilogue e;
           e.bias = kind == 2 ? nullptr : bias.data();
-          e.relu = kind != 1;
-          if (kind != 0) e.mask = mask.data(), e.ldm = ldm;
+          e.relu = kind != 1 && kind != 3;
+          if (kind == 1 || kind == 2 || kind == 4) e.mask = mask.data(), e.ldm = ldm;
+          if (kind >= 3) e.addend = addend.data(), e.ld_addend = ldm;
           // The expected: the plain product, then the elementwise ops row by row.
           std::vector<float> want = run_bias_slices(p, e.bias, 1);
           for (int64_t i = 0; i < s.m; ++i) {
             float* row = want.data() + i * p.ldc;
             if (e.relu) attnkit::relu_forward(row, row, s.n, Slice{});
             if (e.mask) attnkit::relu_backward(mask.data() + i * ldm, row, row, s.n, false, Slice{});
+            if (e.addend) attnkit::add_forward(row, addend.data() + i * ldm, row, s.n, Slice{});
           }
           INFO(target << " ta=" << p.ta << " tb=" << p.tb << " m=" << s.m << " n=" << s.n
                       << " k=" << s.k << " kind=" << kind);
