@@ -778,9 +778,14 @@ inline void PackA(const GemmArgs& g, int64_t i0, int64_t mc, int64_t p0, int64_t
     // consecutive floats of every panel, so each row is read once, in order, and dealt out
     // to the panels (panel by panel, the kc rows' cache lines fell out of L1 between the
     // panels that share them: ~2% of a large model's step).
+    // A comes from memory (the step's activations): the rows a few rows ahead are fetched
+    // while this one is dealt out.
+    constexpr int64_t kAhead = 16;
     ip0 = mc / kMR * kMR;
     for (int64_t kk = 0; kk < kc; ++kk) {
       const float* src = g.a + (p0 + kk) * g.lda + i0;
+      if (kk + kAhead < kc)
+        for (int64_t l = 0; l < ip0; l += 16) hwy::Prefetch(src + kAhead * g.lda + l);
       for (int64_t ip = 0; ip < ip0; ip += kMR)
         std::memcpy(out + ip * kc + kk * kMR, src + ip, kMR * 4);
     }
@@ -790,9 +795,16 @@ inline void PackA(const GemmArgs& g, int64_t i0, int64_t mc, int64_t p0, int64_t
     float* panel = out + ip * kc;
     if (!g.trans_a && rows == kMR) {
       const float* src = g.a + (i0 + ip) * g.lda + p0;
+      // The next panel's rows are fetched while this one is packed (A comes from memory,
+      // and 6 rows 1-4 KB apart are more streams than the hardware prefetcher follows).
       int64_t kk = 0;
 #if HWY_TARGET == HWY_AVX2
-      for (; kk + 8 <= kc; kk += 8) PackA6x8(DF(), src + kk, g.lda, panel + kk * kMR);
+      const int64_t next_rows = std::min(kMR, mc - ip - kMR);
+      for (; kk + 8 <= kc; kk += 8) {
+        if (kk % 16 == 0)
+          for (int64_t r = 0; r < next_rows; ++r) hwy::Prefetch(src + (kMR + r) * g.lda + kk);
+        PackA6x8(DF(), src + kk, g.lda, panel + kk * kMR);
+      }
 #endif
       for (; kk < kc; ++kk)
         for (int64_t r = 0; r < kMR; ++r) panel[kk * kMR + r] = src[r * g.lda + kk];
