@@ -103,12 +103,7 @@ void Graph::backward(Tensor loss) {
 }
 
 void Graph::fuse_elementwise(TensorId loss) {
-  auto uses = [&](TensorId t) {
-    int64_t n = tensor(t).keep || t == loss ? 1 : 0;
-    for (const Node& node : nodes_)
-      for (TensorId in : node.in) n += in == t;
-    return n;
-  };
+  auto uses = [&](TensorId t) { return this->uses(t, loss); };
   auto writers = [&](TensorId t) {
     std::vector<size_t> w;
     for (size_t i = 0; i < nodes_.size(); ++i)

@@ -140,6 +140,8 @@ class Graph {
   // x·Wc + bc is used only there, into p·W (folded) + x·(Wc·W) + (bc·W + b), then removes
   // forward nodes whose outputs nothing uses. `loss` stays.
   void optimize_forward(TensorId loss);
+  // How many node inputs read t, plus one when t is kept or is the loss.
+  int64_t uses(TensorId t, TensorId loss) const;
   void remove_dead_forward_nodes(TensorId loss);
   // Called by backward() after it differentiates (engine/autodiff.cc): a ReLU whose input is
   // a Linear's output used only there runs in that Linear's product (attrs.relu), and the

@@ -82,13 +82,15 @@ Tensor Linear::operator()(Tensor x) const { return linear(x, weight, bias); }
 // and the sum only by head.0, so head.0(h + attn(h)) = h·W (folded into the lookup tables) +
 // a·(Wo·W) + (bo·W + b): the output projection's batch × T rows disappear, forward and
 // backward, for a D × D × out product of the weights.
+int64_t Graph::uses(TensorId t, TensorId loss) const {
+  int64_t n = tensor(t).keep || t == loss ? 1 : 0;
+  for (const Node& node : nodes_)
+    for (TensorId in : node.in) n += in == t;
+  return n;
+}
+
 void Graph::optimize_forward(TensorId loss) {
-  auto uses = [&](TensorId t) {
-    int64_t n = tensor(t).keep || t == loss ? 1 : 0;
-    for (const Node& node : nodes_)
-      for (TensorId in : node.in) n += in == t;
-    return n;
-  };
+  auto uses = [&](TensorId t) { return this->uses(t, loss); };
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node lin = nodes_[i];
     if (lin.op != OpKind::kLinear) continue;

@@ -296,9 +296,9 @@ TEST_CASE("sgemm_bias_slice adds the bias on every SIMD target, whatever the sli
 
 // The relu / mask / addend epilogue (a Linear–ReLU's forward, a ReLU's backward in the product
 // of its output's gradient, a residual sum): bitwise relu_forward / relu_backward / add_forward
-// applied to the plain product's rows,
-// on every path (direct, packed with several k-blocks, short-k, swapped, dot), every SIMD
-// target and slice count, static or dynamic; the ld padding of C untouched.
+// applied to the plain product's rows, on every path (direct, packed with several k-blocks,
+// short-k, swapped, dot), every SIMD target and slice count, static or dynamic; the ld
+// padding of C untouched.
 TEST_CASE("sgemm_epilogue_slice: relu, mask and addend are bitwise relu_forward/backward, add",
           "[gemm]") {
   std::vector<Shape> shapes = kLargeShapes;
