@@ -78,10 +78,6 @@ Tensor linear(Tensor x, Tensor weight, Tensor bias) {
 
 Tensor Linear::operator()(Tensor x) const { return linear(x, weight, bias); }
 
-// See graph.h. The lessons' head(h + attn(h)): attn(h) = a·Wo + bo is used only by the sum,
-// and the sum only by head.0, so head.0(h + attn(h)) = h·W (folded into the lookup tables) +
-// a·(Wo·W) + (bo·W + b): the output projection's batch × T rows disappear, forward and
-// backward, for a D × D × out product of the weights.
 int64_t Graph::uses(TensorId t, TensorId loss) const {
   int64_t n = tensor(t).keep || t == loss ? 1 : 0;
   for (const Node& node : nodes_)
@@ -89,6 +85,10 @@ int64_t Graph::uses(TensorId t, TensorId loss) const {
   return n;
 }
 
+// See graph.h. The lessons' head(h + attn(h)): attn(h) = a·Wo + bo is used only by the sum,
+// and the sum only by head.0, so head.0(h + attn(h)) = h·W (folded into the lookup tables) +
+// a·(Wo·W) + (bo·W + b): the output projection's batch × T rows disappear, forward and
+// backward, for a D × D × out product of the weights.
 void Graph::optimize_forward(TensorId loss) {
   auto uses = [&](TensorId t) { return this->uses(t, loss); };
   for (size_t i = 0; i < nodes_.size(); ++i) {
