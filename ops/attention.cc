@@ -60,11 +60,16 @@ HWY_INLINE void RowsBlock(const float* HWY_RESTRICT coef, int64_t crs, int64_t c
       for (int v = 0; v < V; ++v) acc[r][v] = hn::MulAdd(c, row[v], acc[r][v]);
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < V; ++v) {
-      float* o = out + r * ldo + v * N;
-      hn::StoreU(add ? hn::Add(hn::LoadU(d, o), acc[r][v]) : acc[r][v], d, o);
-    }
+  if (add) {
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < V; ++v) {
+        float* o = out + r * ldo + v * N;
+        hn::StoreU(hn::Add(hn::LoadU(d, o), acc[r][v]), d, o);
+      }
+  } else {
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < V; ++v) hn::StoreU(acc[r][v], d, out + r * ldo + v * N);
+  }
 }
 
 template <int V>

@@ -135,16 +135,21 @@ class ShortRows {
 #endif
     const int64_t total = count_ * classes_;
     int64_t k = 0;
-    for (; k + N_ <= total; k += N_) {
-      auto v = hn::GatherIndex(d, t_, hn::LoadU(di, transpose_back + k));
-      if (accumulate) v = hn::Add(hn::LoadU(d, ob + k), v);
-      hn::StoreU(v, d, ob + k);
+    // accumulate is tested outside the loops (see WithFlag in ops_simd-inl.h).
+    if (accumulate) {
+      for (; k + N_ <= total; k += N_)
+        hn::StoreU(hn::Add(hn::LoadU(d, ob + k), hn::GatherIndex(d, t_, hn::LoadU(di, transpose_back + k))), d, ob + k);
+    } else {
+      for (; k + N_ <= total; k += N_) hn::StoreU(hn::GatherIndex(d, t_, hn::LoadU(di, transpose_back + k)), d, ob + k);
     }
     if (k < total) {
       const size_t n = static_cast<size_t>(total - k);
       auto v = hn::GatherIndex(d, t_, hn::LoadU(di, transpose_back + k));
-      if (accumulate) v = hn::Add(LoadTail(d, ob + k, n), v);
-      StoreTail(d, v, ob + k, n);
+      if (accumulate) {
+        StoreTail(d, hn::Add(LoadTail(d, ob + k, n), v), ob + k, n);
+      } else {
+        StoreTail(d, v, ob + k, n);
+      }
     }
   }
 
@@ -244,9 +249,14 @@ void CrossEntropyBackwardProbs(const float* probs, const int32_t* targets, float
     float* out = dlogits + r * classes;
     // One explicit FMA when accumulating (a Mul and an Add the compiler may or may not fuse
     // would round differently in the full-vector and tail code).
-    ForEachVector(d, out, 0, (e - r) * classes, [&](int64_t j, size_t n) {
-      return accumulate ? hn::MulAdd(LoadUpTo(d, p + j, n), vscale, LoadUpTo(d, out + j, n))
-                        : hn::Mul(LoadUpTo(d, p + j, n), vscale);
+    WithFlag(accumulate, [&](auto kAccumulate) {
+      ForEachVector(d, out, 0, (e - r) * classes, [&](int64_t j, size_t n) {
+        if constexpr (decltype(kAccumulate)::value) {
+          return hn::MulAdd(LoadUpTo(d, p + j, n), vscale, LoadUpTo(d, out + j, n));
+        } else {
+          return hn::Mul(LoadUpTo(d, p + j, n), vscale);
+        }
+      });
     });
     for (int64_t q = r; q < e; ++q) dlogits[q * classes + targets[q]] -= scale;
     r = e;
@@ -293,10 +303,16 @@ void CrossEntropyBackward(const float* logits, const int32_t* targets, float* dl
     const RowStats st = ComputeRowStats(row, classes);
     const auto vscale_inv = hn::Set(d, scale / st.sum), vscale = hn::Set(d, scale);
     const auto vt = hn::Set(d, static_cast<float>(t));
-    ForEachVector(d, out, 0, classes, [&](int64_t j, size_t n) {
-      const auto scaled_p = hn::Mul(ExpNonPositive(d, hn::Sub(LoadUpTo(d, row + j, n), st.vmax)), vscale_inv);
-      const auto v = hn::Sub(scaled_p, hn::IfThenElseZero(hn::Eq(hn::Iota(d, static_cast<float>(j)), vt), vscale));
-      return accumulate ? hn::Add(LoadUpTo(d, out + j, n), v) : v;
+    WithFlag(accumulate, [&](auto kAccumulate) {
+      ForEachVector(d, out, 0, classes, [&](int64_t j, size_t n) {
+        const auto scaled_p = hn::Mul(ExpNonPositive(d, hn::Sub(LoadUpTo(d, row + j, n), st.vmax)), vscale_inv);
+        const auto v = hn::Sub(scaled_p, hn::IfThenElseZero(hn::Eq(hn::Iota(d, static_cast<float>(j)), vt), vscale));
+        if constexpr (decltype(kAccumulate)::value) {
+          return hn::Add(LoadUpTo(d, out + j, n), v);
+        } else {
+          return v;
+        }
+      });
     });
   }
 }

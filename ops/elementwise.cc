@@ -27,9 +27,15 @@ void ReluBackward(const float* y, const float* dy, float* dx, int64_t n, bool ac
                   Slice s) {
   const DF d;
   const auto [b, e] = slice_range(n, s);
-  ForEachVector(d, dx, b, e, [&](int64_t j, size_t m) {
-    const auto g = hn::IfThenElseZero(hn::Gt(LoadUpTo(d, y + j, m), hn::Zero(d)), LoadUpTo(d, dy + j, m));
-    return accumulate ? hn::Add(LoadUpTo(d, dx + j, m), g) : g;
+  WithFlag(accumulate, [&](auto kAccumulate) {
+    ForEachVector(d, dx, b, e, [&](int64_t j, size_t m) {
+      const auto g = hn::IfThenElseZero(hn::Gt(LoadUpTo(d, y + j, m), hn::Zero(d)), LoadUpTo(d, dy + j, m));
+      if constexpr (decltype(kAccumulate)::value) {
+        return hn::Add(LoadUpTo(d, dx + j, m), g);
+      } else {
+        return g;
+      }
+    });
   });
 }
 
@@ -53,7 +59,9 @@ HWY_INLINE void BiasColumns(DF d, const float* HWY_RESTRICT dy, float* HWY_RESTR
                             int64_t rows, int64_t cols, int64_t j, bool accumulate) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   hn::Vec<DF> acc[NV];
-  for (int v = 0; v < NV; ++v) acc[v] = accumulate ? hn::LoadU(d, dbias + j + v * N) : hn::Zero(d);
+  for (int v = 0; v < NV; ++v) acc[v] = hn::Zero(d);
+  if (accumulate)
+    for (int v = 0; v < NV; ++v) acc[v] = hn::LoadU(d, dbias + j + v * N);
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = dy + r * cols + j;
     for (int v = 0; v < NV; ++v) acc[v] = hn::Add(acc[v], hn::LoadU(d, row + v * N));
@@ -72,8 +80,11 @@ HWY_INLINE void BiasColumnsStreamed(DF d, const float* HWY_RESTRICT dy, float* H
                                     bool accumulate) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   HWY_ALIGN float acc[kStreamColumns];
-  for (int64_t v = 0; v < width; v += N)
-    hn::Store(accumulate ? hn::LoadU(d, dbias + j0 + v) : hn::Zero(d), d, acc + v);
+  if (accumulate) {
+    for (int64_t v = 0; v < width; v += N) hn::Store(hn::LoadU(d, dbias + j0 + v), d, acc + v);
+  } else {
+    for (int64_t v = 0; v < width; v += N) hn::Store(hn::Zero(d), d, acc + v);
+  }
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = dy + r * cols + j0;
     for (int64_t v = 0; v < width; v += N)
@@ -129,7 +140,8 @@ void BiasBackward(const float* dy, float* dbias, int64_t rows, int64_t cols, Sli
       hn::Store(acc, d, buf);
       for (size_t i = 0; i < m; ++i) dbias[j + static_cast<int64_t>(i)] = buf[N - m + i];
     } else {
-      auto acc = accumulate ? LoadUpTo(d, dbias + j, m) : hn::Zero(d);
+      auto acc = hn::Zero(d);
+      if (accumulate) acc = LoadUpTo(d, dbias + j, m);
       for (int64_t r = 0; r < rows; ++r) acc = hn::Add(acc, LoadUpTo(d, dy + r * cols + j, m));
       StoreTail(d, acc, dbias + j, m);
     }
@@ -146,9 +158,14 @@ void Axpy(float alpha, const float* x, float* y, int64_t n, bool accumulate, Sli
   const DF d;
   const auto valpha = hn::Set(d, alpha);
   const auto [b, e] = slice_range(n, s);
-  ForEachVector(d, y, b, e, [&](int64_t j, size_t m) {
-    return accumulate ? hn::MulAdd(valpha, LoadUpTo(d, x + j, m), LoadUpTo(d, y + j, m))
-                      : hn::Mul(valpha, LoadUpTo(d, x + j, m));
+  WithFlag(accumulate, [&](auto kAccumulate) {
+    ForEachVector(d, y, b, e, [&](int64_t j, size_t m) {
+      if constexpr (decltype(kAccumulate)::value) {
+        return hn::MulAdd(valpha, LoadUpTo(d, x + j, m), LoadUpTo(d, y + j, m));
+      } else {
+        return hn::Mul(valpha, LoadUpTo(d, x + j, m));
+      }
+    });
   });
 }
 

@@ -71,9 +71,15 @@ void LayernormBackwardInput(const float* x, const float* gamma, const float* mea
     const float g_mean = SumVectors(dim, g) * inv_dim;
     const float gx_mean = SumVectors(dim, [&](int64_t j, size_t n) { return hn::Mul(g(j, n), xhat(j, n)); }) * inv_dim;
     const auto vg_mean = hn::Set(d, g_mean), vgx_mean = hn::Set(d, gx_mean);
-    ForEachVector(d, dxr, 0, dim, [&](int64_t j, size_t n) {
-      const auto v = hn::Mul(vrs, hn::NegMulAdd(xhat(j, n), vgx_mean, hn::Sub(g(j, n), vg_mean)));
-      return accumulate ? hn::Add(LoadUpTo(d, dxr + j, n), v) : v;
+    WithFlag(accumulate, [&](auto kAccumulate) {
+      ForEachVector(d, dxr, 0, dim, [&](int64_t j, size_t n) {
+        const auto v = hn::Mul(vrs, hn::NegMulAdd(xhat(j, n), vgx_mean, hn::Sub(g(j, n), vg_mean)));
+        if constexpr (decltype(kAccumulate)::value) {
+          return hn::Add(LoadUpTo(d, dxr + j, n), v);
+        } else {
+          return v;
+        }
+      });
     });
   }
 }
@@ -101,8 +107,11 @@ void LayernormBackwardParams(const float* x, const float* mean, const float* rst
       for (int b = 0; b < kBlocks; ++b) {
         const int64_t j = j0 + b * N;
         n[b] = b < blocks ? static_cast<size_t>(std::min<int64_t>(N, c1 - j)) : 0;
-        acc_gamma[b] = b < blocks ? LoadUpTo(d, dgamma + j, n[b]) : hn::Zero(d);
-        acc_beta[b] = b < blocks ? LoadUpTo(d, dbeta + j, n[b]) : hn::Zero(d);
+        acc_gamma[b] = acc_beta[b] = hn::Zero(d);
+        if (b < blocks) {
+          acc_gamma[b] = LoadUpTo(d, dgamma + j, n[b]);
+          acc_beta[b] = LoadUpTo(d, dbeta + j, n[b]);
+        }
       }
       for (int64_t r = r0; r < r1; ++r) {
         const auto vmu = hn::Set(d, mean[r]), vrs = hn::Set(d, rstd[r]);

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
@@ -19,6 +20,19 @@ HWY_BEFORE_NAMESPACE();
 namespace attnkit {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+
+// Calls f(std::true_type()) or f(std::false_type()) as flag says, so a kernel's lambda can test
+// the flag with `if constexpr`. A runtime bool must never choose between two vectors inside a
+// vector lambda (`flag ? Add(old, v) : v`): g++ 12 at -O3 has turned that into a masked add
+// on AVX-512 whose write mask was the bool itself (only lane 0 added).
+template <class F>
+HWY_INLINE void WithFlag(bool flag, const F& f) {
+  if (flag) {
+    f(std::true_type());
+  } else {
+    f(std::false_type());
+  }
+}
 
 // Loads p[0, n) (n < Lanes(d)) and zeros in the other lanes. Highway 1.0.3's MaskedLoad is
 // a full aligned load on SSSE3/SSE4, which can fault at the end of a buffer, so go through

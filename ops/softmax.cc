@@ -197,16 +197,21 @@ class ShortRowBlocks {
     const DI di;
     const int64_t total = count_ * tk_;
     int64_t k = 0;
-    for (; k + N_ <= total; k += N_) {
-      auto v = hn::GatherIndex(d, t, hn::Load(di, transpose_back_ + k));
-      if (accumulate) v = hn::Add(hn::LoadU(d, ob + k), v);
-      hn::StoreU(v, d, ob + k);
+    // accumulate is tested outside the loops (see WithFlag in ops_simd-inl.h).
+    if (accumulate) {
+      for (; k + N_ <= total; k += N_)
+        hn::StoreU(hn::Add(hn::LoadU(d, ob + k), hn::GatherIndex(d, t, hn::Load(di, transpose_back_ + k))), d, ob + k);
+    } else {
+      for (; k + N_ <= total; k += N_) hn::StoreU(hn::GatherIndex(d, t, hn::Load(di, transpose_back_ + k)), d, ob + k);
     }
     if (k < total) {
       const size_t n = static_cast<size_t>(total - k);
       auto v = hn::GatherIndex(d, t, hn::Load(di, transpose_back_ + k));
-      if (accumulate) v = hn::Add(LoadTail(d, ob + k, n), v);
-      StoreTail(d, v, ob + k, n);
+      if (accumulate) {
+        StoreTail(d, hn::Add(LoadTail(d, ob + k, n), v), ob + k, n);
+      } else {
+        StoreTail(d, v, ob + k, n);
+      }
     }
   }
 
@@ -297,20 +302,22 @@ static void SoftmaxBackwardRow(const float* y, const float* dy, float* dx, int64
   vdot = hn::SumOfLanes(d, vdot);
 
   const auto vscale = hn::Set(d, scale);
-  auto grad = [&](int64_t j, size_t n, hn::Vec<decltype(d)> vy, hn::Vec<decltype(d)> vdy,
-                  hn::Vec<decltype(d)> vold) {
+  auto grad = [&](int64_t j, size_t n, hn::Vec<decltype(d)> vy, hn::Vec<decltype(d)> vdy) {
     auto g = hn::Mul(hn::Mul(vy, vscale), hn::Sub(vdy, vdot));
     if (rm.any) g = hn::IfThenZeroElse(rm.forbidden(d, j, n), g);
-    return accumulate ? hn::Add(vold, g) : g;
+    return g;
   };
-  for (int64_t j = 0; j < full; j += N) {
-    const auto old = accumulate ? hn::LoadU(d, dx + j) : hn::Zero(d);
-    hn::StoreU(grad(j, N, hn::LoadU(d, y + j), hn::LoadU(d, dy + j), old), d, dx + j);
-  }
-  if (tail) {
-    const auto old = accumulate ? LoadTail(d, dx + full, tail) : hn::Zero(d);
-    StoreTail(d, grad(full, tail, LoadTail(d, y + full, tail), LoadTail(d, dy + full, tail), old),
-              dx + full, tail);
+  if (accumulate) {
+    for (int64_t j = 0; j < full; j += N)
+      hn::StoreU(hn::Add(hn::LoadU(d, dx + j), grad(j, N, hn::LoadU(d, y + j), hn::LoadU(d, dy + j))), d, dx + j);
+    if (tail)
+      StoreTail(d, hn::Add(LoadTail(d, dx + full, tail), grad(full, tail, LoadTail(d, y + full, tail), LoadTail(d, dy + full, tail))),
+                dx + full, tail);
+  } else {
+    for (int64_t j = 0; j < full; j += N)
+      hn::StoreU(grad(j, N, hn::LoadU(d, y + j), hn::LoadU(d, dy + j)), d, dx + j);
+    if (tail)
+      StoreTail(d, grad(full, tail, LoadTail(d, y + full, tail), LoadTail(d, dy + full, tail)), dx + full, tail);
   }
 }
 
