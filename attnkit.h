@@ -23,6 +23,7 @@
 #include "engine/planner.h"
 #include "engine/rng.h"
 #include "engine/safetensors.h"
+#include "engine/simd_target.h"
 
 // The lesson models, task data, attention rollout and the trainer.
 #include "models/lessons.h"

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ops/gemm.h"
+#include "simd_context.h"
 
 namespace {
 
@@ -289,10 +290,10 @@ void register_all() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (!attnkit::bench::apply_simd_target("bench_gemm")) return 2;
   register_all();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::AddCustomContext("attnkit_simd_target", attnkit::simd_target_name());
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

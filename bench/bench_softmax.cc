@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ops/softmax.h"
+#include "simd_context.h"
 
 namespace {
 
@@ -178,4 +179,11 @@ BENCHMARK(BM_softmax_masked_causal_scalar)->Arg(8)->Arg(10);
 BENCHMARK(BM_softmax_backward_attnkit)->Args({8, 0})->Args({10, 0})->Args({8, 1})->Args({10, 1});
 BENCHMARK(BM_softmax_backward_scalar)->Args({8, 0})->Args({10, 0})->Args({8, 1})->Args({10, 1});
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  if (!attnkit::bench::apply_simd_target("bench_softmax")) return 2;
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

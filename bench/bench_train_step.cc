@@ -34,6 +34,7 @@
 #include "../engine/executor.h"
 #include "../engine/optimizer.h"
 #include "../models/lessons.h"
+#include "simd_context.h"
 
 namespace {
 
@@ -170,6 +171,7 @@ bool take_flag(int& argc, char** argv, int i, const char* name, std::string* val
 
 int main(int argc, char** argv) {
   const std::vector<char*> original_argv(argv, argv + argc + 1);  // take_flag removes flags
+  if (!attnkit::bench::apply_simd_target("bench_train_step")) return 2;
   int64_t batch_override = 0;
   std::vector<std::string> models = {"neighbor-sum", "duplicates", "reversal", "reversal-large"};
   std::vector<int> thread_counts = {1, 2};
@@ -219,8 +221,8 @@ int main(int argc, char** argv) {
         StepRunner run(task, threads, batch);
         run.ex->set_profiling(true);
         for (int k = 0; k < profile_steps; ++k) run.step();
-        std::printf("== %s, batch %lld, %d thread(s), %zu nodes, %lld barriers per step: ", task.c_str(),
-                    static_cast<long long>(batch), threads, run.m.graph->nodes().size(),
+        std::printf("== %s, batch %lld, %d thread(s), SIMD target %s, %zu nodes, %lld barriers per step: ", task.c_str(),
+                    static_cast<long long>(batch), threads, simd_target_name(), run.m.graph->nodes().size(),
                     static_cast<long long>(run.ex->barriers_per_step()));
         std::fputs(run.ex->profile_report(1000).c_str(), stdout);
         continue;

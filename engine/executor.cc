@@ -12,6 +12,7 @@
 
 #include "engine/barrier.h"
 #include "engine/rng.h"
+#include "engine/simd_target.h"
 
 namespace attnkit {
 
@@ -21,6 +22,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options)
       threads_(1),
       batch_(graph.max_batch()),
       adaptive_(options.adaptive_threads) {
+  apply_simd_target_env();
   set_threads(options.threads);
   arena_.resize(plan_.arena_bytes);
   params_.resize(graph.param_count() * 4);

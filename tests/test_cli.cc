@@ -212,11 +212,32 @@ TEST_CASE("usage errors exit 2 naming the flag, missing files exit 1 with one er
   expect_usage_error("train reversal --val-size 5 --sample 9", "--sample", dir);
   expect_usage_error("eval", "--checkpoint", dir);
   expect_usage_error("demo nope", "nope", dir);
-  expect_usage_error("", "subcommand", dir);
+  expect_usage_error("", "no subcommand given; choose one of: train, eval", dir);
+  expect_usage_error("trian reversal", "unknown subcommand 'trian'; choose one of: train", dir);
   expect_runtime_error("eval --checkpoint '" + (dir / "missing.safetensors").string() + "'", "missing.safetensors", dir);
   expect_runtime_error("train reversal --data '" + (dir / "missing.npz").string() + "'", "missing.npz", dir);
   expect_runtime_error("rollout '" + (dir / "missing.npy").string() + "' --out x.npy", "missing.npy", dir);
   CHECK(attnkit("--help", dir).code == 0);
+}
+
+TEST_CASE("version: names the SIMD target; ATTNKIT_SIMD_TARGET forces a lower one or is a usage error") {
+  const fs::path dir = scratch("version");
+  const Result best = attnkit("--version", dir);
+  REQUIRE(best.code == 0);
+  CHECK(best.out.find("attnkit 0.") == 0);
+  CHECK(best.out.find("SIMD target: ") != std::string::npos);
+  CHECK(best.out.find("compiled in: ") != std::string::npos);
+  CHECK(best.out.find("SSE4") != std::string::npos);
+  const Result sse4 = sh(std::string("ATTNKIT_SIMD_TARGET=sse4 '") + ATTNKIT_CLI + "' --version", dir);
+  REQUIRE(sse4.code == 0);
+  CHECK(sse4.out.find("SIMD target: SSE4 (ATTNKIT_SIMD_TARGET)") != std::string::npos);
+  // A run on the forced target trains and reports like any other.
+  const Result run = sh(std::string("ATTNKIT_SIMD_TARGET=SSE4 '") + ATTNKIT_CLI + "' train reversal --epochs 1 --no-pictures --quiet --out '" +
+                            (dir / "run").string() + "'", dir);
+  CHECK(run.code == 0);
+  const Result bad = sh(std::string("ATTNKIT_SIMD_TARGET=avx9 '") + ATTNKIT_CLI + "' --version", dir);
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("ATTNKIT_SIMD_TARGET=avx9: unknown SIMD target 'avx9' (compiled in: ") != std::string::npos);
 }
 
 TEST_CASE("rollout of a numpy-written [layers, heads, T, T] array equals the lesson's rollout") {

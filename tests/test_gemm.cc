@@ -4,15 +4,19 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <random>
 #include <vector>
 
 #include "hwy_targets.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
+#include "engine/simd_target.h"
 
 namespace {
 
@@ -626,4 +630,29 @@ TEST_CASE("simd_target_name names the best supported target", "[gemm]") {
   const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
   REQUIRE(!targets.empty());
   REQUIRE(std::string(attnkit::simd_target_name()) == hwy::TargetName(targets.front()));
+}
+
+TEST_CASE("force_simd_target moves every kernel to a lower target and back; bad names are errors", "[gemm]") {
+  const std::vector<std::string> supported = attnkit::supported_simd_targets();
+  REQUIRE(!supported.empty());
+  const std::string best = attnkit::simd_target_name();
+  for (const std::string& name : supported) {
+    std::string lower = name;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    attnkit::force_simd_target(lower);  // case-insensitive
+    CHECK(std::string(attnkit::simd_target_name()) == name);
+    CHECK(attnkit::supported_simd_targets() == supported);  // asking does not undo the choice
+  }
+  attnkit::force_simd_target("best");
+  CHECK(std::string(attnkit::simd_target_name()) == best);
+  CHECK_THROWS_WITH(attnkit::force_simd_target("AVX9"), Catch::Contains("unknown SIMD target 'AVX9'") &&
+                                                             Catch::Contains(supported.front()));
+  CHECK(std::string(attnkit::simd_target_name()) == best);  // a bad name changes nothing
+  const std::vector<std::string> compiled = attnkit::compiled_simd_targets();
+  for (const std::string& name : compiled) {
+    if (std::find(supported.begin(), supported.end(), name) != supported.end()) continue;
+    CHECK_THROWS_WITH(attnkit::force_simd_target(name), Catch::Contains("does not support"));
+  }
+  attnkit::force_simd_target("");
+  CHECK(std::string(attnkit::simd_target_name()) == best);
 }

@@ -8,10 +8,14 @@
 #include <cstdlib>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "engine/error.h"
 #include "engine/executor.h"
+#include "engine/simd_target.h"
+#include "ops/gemm.h"
 #include "tools/cli_parser.h"
 #include "tools/commands.h"
 
@@ -23,13 +27,34 @@ int usage_error(const std::string& message) {
   return 2;
 }
 
+// `attnkit --version`: the version, the SIMD target the kernels run on and what else there is.
+std::string version_text() {
+  auto join = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (const std::string& n : names) out += (out.empty() ? "" : " ") + n;
+    return out;
+  };
+  return std::string("attnkit ") + ATTNKIT_VERSION + "\nSIMD target: " + attnkit::simd_target_name() +
+         (std::getenv("ATTNKIT_SIMD_TARGET") ? " (ATTNKIT_SIMD_TARGET)" : "") +
+         "\nsupported by this CPU: " + join(attnkit::supported_simd_targets()) +
+         "\ncompiled in: " + join(attnkit::compiled_simd_targets());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace attnkit::cli;
+  try {
+    attnkit::apply_simd_target_env();
+  } catch (const attnkit::Error& e) {
+    return usage_error(e.what());
+  }
   CommandLine command_line;
+  command_line.app().set_version_flag("--version", version_text, "Print the version and the SIMD targets, then exit");
   try {
     command_line.parse(argc, argv);
+  } catch (const CLI::CallForVersion& e) {
+    return command_line.app().exit(e);
   } catch (const CLI::CallForHelp& e) {
     return command_line.app().exit(e);
   } catch (const CLI::CallForAllHelp& e) {

@@ -172,6 +172,20 @@ CommandLine::CommandLine()
 CommandLine::~CommandLine() = default;
 
 void CommandLine::parse(int argc, const char* const* argv) {
+  // A missing or misspelt subcommand is named, with the choices, before CLI11's own
+  // "A subcommand is required" / "arguments were not expected".
+  std::string names;
+  bool known = false;
+  const std::string first = argc > 1 ? argv[1] : "";
+  for (const CLI::App* sub : app_->get_subcommands([](CLI::App*) { return true; })) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+    known = known || sub->check_name(first);
+  }
+  if (argc < 2) throw CLI::RequiredError("no subcommand given; choose one of: " + names, CLI::ExitCodes::RequiredError);
+  if (!first.empty() && first[0] != '-' && !known) {
+    throw CLI::ExtrasError("unknown subcommand '" + first + "'; choose one of: " + names,
+                           CLI::ExitCodes::ExtrasError);
+  }
   app_->parse(argc, argv);
   ParsedArgs& a = *args_;
   if (train_->parsed()) {

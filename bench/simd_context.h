@@ -1,0 +1,27 @@
+// What every benchmark program does first: applies ATTNKIT_SIMD_TARGET (a bad value is one
+// line on stderr and exit 2) and names the SIMD target in the benchmark context, so every
+// figure carries the target it was measured on.
+#pragma once
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+
+#include "engine/error.h"
+#include "engine/simd_target.h"
+#include "ops/gemm.h"
+
+namespace attnkit::bench {
+
+// False (after printing why) when ATTNKIT_SIMD_TARGET is not usable.
+inline bool apply_simd_target(const char* program) {
+  try {
+    apply_simd_target_env();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return false;
+  }
+  benchmark::AddCustomContext("attnkit_simd_target", simd_target_name());
+  return true;
+}
+
+}  // namespace attnkit::bench

@@ -1,0 +1,95 @@
+#include "engine/simd_target.h"
+
+#include <cctype>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+
+#include "engine/error.h"
+#include "hwy/highway.h"
+#include "hwy/targets.h"
+
+namespace attnkit {
+namespace {
+
+std::vector<int64_t> target_bits(int64_t mask) {
+  std::vector<int64_t> out;  // lowest bit = best target
+  for (int64_t m = mask; m != 0; m &= m - 1) out.push_back(m & ~(m - 1));
+  return out;
+}
+
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// Targets force_simd_target disabled (hwy::DisableTargets has no getter).
+int64_t g_disabled = 0;
+
+void disable(int64_t mask) {
+  g_disabled = mask;
+  hwy::DisableTargets(mask);
+}
+
+}  // namespace
+
+std::vector<std::string> compiled_simd_targets() {
+  std::vector<std::string> out;
+  for (int64_t t : target_bits(HWY_TARGETS)) out.push_back(hwy::TargetName(t));
+  return out;
+}
+
+std::vector<std::string> supported_simd_targets() {
+  // What the CPU supports, whatever force_simd_target disabled.
+  const int64_t disabled = g_disabled;
+  hwy::DisableTargets(0);
+  const int64_t supported = hwy::SupportedTargets() & HWY_TARGETS;
+  hwy::DisableTargets(disabled);
+  std::vector<std::string> out;
+  for (int64_t t : target_bits(supported)) out.push_back(hwy::TargetName(t));
+  return out;
+}
+
+void force_simd_target(const std::string& name) {
+  const std::string wanted = upper(name);
+  const int64_t before = g_disabled;
+  disable(0);
+  if (wanted.empty() || wanted == "BEST") return;
+  const int64_t supported = hwy::SupportedTargets() & HWY_TARGETS;
+  disable(before);  // unchanged unless the name is usable
+  for (int64_t t : target_bits(HWY_TARGETS)) {
+    if (upper(hwy::TargetName(t)) != wanted) continue;
+    if (!(supported & t)) {
+      throw Error("SIMD target " + wanted + " is compiled in but this CPU does not support it (supported: " +
+                  joined(supported_simd_targets()) + ")");
+    }
+    // Every better target (a lower bit) is disabled; the chosen one is then the best left.
+    disable(t - 1);
+    return;
+  }
+  throw Error("unknown SIMD target '" + name + "' (compiled in: " + joined(compiled_simd_targets()) +
+              "; supported by this CPU: " + joined(supported_simd_targets()) + ")");
+}
+
+void apply_simd_target_env() {
+  static std::once_flag once;
+  static std::string failure;
+  std::call_once(once, [] {
+    const char* value = std::getenv("ATTNKIT_SIMD_TARGET");
+    if (!value) return;
+    try {
+      force_simd_target(value);
+    } catch (const Error& e) {
+      failure = std::string("ATTNKIT_SIMD_TARGET=") + value + ": " + e.what();
+    }
+  });
+  if (!failure.empty()) throw Error(failure);
+}
+
+}  // namespace attnkit

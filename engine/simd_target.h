@@ -1,0 +1,30 @@
+// Which SIMD instruction set the kernels run on. Highway compiles every kernel for several
+// targets (AVX-512 "AVX3", AVX2, SSE4, …) and picks the best one this CPU supports at run
+// time; the environment variable ATTNKIT_SIMD_TARGET (e.g. AVX2, case-insensitive) or
+// force_simd_target() makes every kernel use a lower one instead, to compare targets on one
+// machine or to rule a target out.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace attnkit {
+
+// Targets compiled into this library, best first (e.g. {"AVX3", "AVX2", "SSE4", "SSSE3", "EMU128"}).
+std::vector<std::string> compiled_simd_targets();
+
+// The compiled targets this CPU can run, best first.
+std::vector<std::string> supported_simd_targets();
+
+// Makes every kernel dispatch to `name` (case-insensitive) or, for "" or "best", to the best
+// supported target again. Throws attnkit::Error naming the target and the choices when the
+// name is unknown, not compiled in, or not supported by this CPU. Not thread-safe: call it
+// before running kernels.
+void force_simd_target(const std::string& name);
+
+// Applies ATTNKIT_SIMD_TARGET once per process (later calls do nothing, or throw the same
+// error again). Executor's constructor calls it, so a program using the engine honours the
+// variable; programs calling the kernels in ops/ directly call it first. Throws
+// attnkit::Error naming the variable, its value and the choices when the value is not usable.
+void apply_simd_target_env();
+
+}  // namespace attnkit
