@@ -104,6 +104,7 @@ inline bool use_dot_path(bool trans_a, int64_t n) { return !trans_a && n <= 4; }
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "ops/ops_simd-inl.h"  // TransposeBlock8x8, kFastMaskedStore
 
 HWY_BEFORE_NAMESPACE();
 namespace attnkit::HWY_NAMESPACE {
@@ -180,11 +181,15 @@ HWY_INLINE VF CombineBias(DF d, VF acc, VF alpha, VF beta, VF old, Combine combi
   return hn::Add(CombineVec(d, acc, alpha, beta, old, combine), bias);
 }
 
-// Stores the first `count` lanes of v. Masked stores are microcoded and slow on AMD, so the
-// ragged part goes through a stack buffer.
+// Stores the first `count` lanes of v. AVX2's masked stores are microcoded and slow on AMD,
+// so there the ragged part goes through a stack buffer; AVX-512 has one fast masked store.
 HWY_INLINE void StoreFirst(DF d, VF v, size_t count, float* HWY_RESTRICT p) {
   if (count == hn::Lanes(d)) {
     hn::StoreU(v, d, p);
+    return;
+  }
+  if constexpr (kFastMaskedStore) {
+    hn::BlendedStore(v, hn::FirstN(d, count), d, p);
     return;
   }
   alignas(64) float buf[64 / sizeof(float)];
@@ -305,6 +310,11 @@ HWY_INLINE void DirectTail(DF d, const GemmArgs& g, const float* a, int64_t ar, 
   const VF va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
   const bool read = combine != Combine::kOverwrite;
   constexpr bool has_bias = kBias;
+  if (t == lanes) {  // one whole vector
+    AccumulateTile<R, 1>(d, g.k, a, ar, ak, b, nullptr, ldb, acc);
+    StoreTile<kBias>(d, acc, R, static_cast<size_t>(t), g.alpha, g.beta, combine, c, g.ldc, bias);
+    return;
+  }
   if (t > lanes) {  // [j, j + V) and [j1 - V, j1): the overlap stays inside this tile
     AccumulateTile<R, 2>(d, g.k, a, ar, ak, b, b + t - lanes, ldb, acc);
     const VF b0 = has_bias ? hn::LoadU(d, bias) : hn::Zero(d);
@@ -350,8 +360,45 @@ HWY_INLINE void DirectTail(DF d, const GemmArgs& g, const float* a, int64_t ar, 
   }
 }
 
+// DirectTail where masked loads and stores are fast (AVX-512): the t < 2V columns at b are
+// loaded and C stored under lane masks, so B is read in place even when narrower than a
+// vector and nothing before j is touched. Each element is the same FMA chain as elsewhere.
+template <int R, bool kBias>
+HWY_INLINE void DirectTailMasked(DF d, const GemmArgs& g, const float* a, int64_t ar, int64_t ak,
+                                 const float* b, int64_t ldb, float* c, int64_t t,
+                                 const float* bias, VF (&acc)[kMR][2]) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const size_t c0 = static_cast<size_t>(std::min(t, lanes)), c1 = static_cast<size_t>(t > lanes ? t - lanes : 0);
+  const auto m0 = hn::FirstN(d, c0), m1 = hn::FirstN(d, c1);
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = hn::Zero(d);
+  if (c1 > 0) {
+#pragma GCC unroll 4
+    for (int64_t kk = 0; kk < g.k; ++kk) {
+      const VF bv0 = hn::LoadU(d, b + kk * ldb);
+      const VF bv1 = hn::MaskedLoad(m1, d, b + kk * ldb + lanes);
+      const float* HWY_RESTRICT ak_ptr = a + kk * ak;
+#pragma GCC unroll 6
+      for (int r = 0; r < R; ++r) {
+        const VF av = hn::Set(d, ak_ptr[r * ar]);
+        acc[r][0] = hn::MulAdd(av, bv0, acc[r][0]);
+        acc[r][1] = hn::MulAdd(av, bv1, acc[r][1]);
+      }
+    }
+  } else {
+#pragma GCC unroll 4
+    for (int64_t kk = 0; kk < g.k; ++kk) {
+      const VF bv0 = hn::MaskedLoad(m0, d, b + kk * ldb);
+      const float* HWY_RESTRICT ak_ptr = a + kk * ak;
+#pragma GCC unroll 6
+      for (int r = 0; r < R; ++r) acc[r][0] = hn::MulAdd(hn::Set(d, ak_ptr[r * ar]), bv0, acc[r][0]);
+    }
+  }
+  StoreTile<kBias>(d, acc, R, static_cast<size_t>(t), g.alpha, g.beta, FirstCombine(g.beta), c, g.ldc, bias);
+}
+
 // Rows i..i+R of a direct block; op(B) columns j0..j1 are at b (row stride ldb), which reads
-// whole vectors up to V columns before j1 when j1 - j0 < V.
+// whole vectors up to V columns before j1 when j1 - j0 < V (not on AVX-512: masked loads).
 template <int R, bool kBias>
 HWY_INLINE void DirectRows(DF d, const GemmArgs& g, int64_t i, const float* b, int64_t ldb,
                            int64_t j0, int64_t j1) {
@@ -368,13 +415,18 @@ HWY_INLINE void DirectRows(DF d, const GemmArgs& g, int64_t i, const float* b, i
                      kBias ? g.bias + j : nullptr);
   }
   if (j < j1) {
-    DirectTail<R, kBias>(d, g, a, ar, ak, b + (j - j0), ldb, c + j, j1 - j, j1 - lanes >= j0,
-                         kBias ? g.bias + j : nullptr, acc);
+    if constexpr (kFastMaskedStore) {
+      DirectTailMasked<R, kBias>(d, g, a, ar, ak, b + (j - j0), ldb, c + j, j1 - j,
+                                 kBias ? g.bias + j : nullptr, acc);
+    } else {
+      DirectTail<R, kBias>(d, g, a, ar, ak, b + (j - j0), ldb, c + j, j1 - j, j1 - lanes >= j0,
+                           kBias ? g.bias + j : nullptr, acc);
+    }
   }
 }
 
 // dst[kk·ldd + j] = src[j·lds + kk] for j < n, kk < k: op(B) of a transposed B as a k × n
-// row-major panel. With 8-lane vectors, 8 × 8 blocks are transposed in registers (a ragged
+// row-major panel. Where 256-bit vectors exist, 8 × 8 blocks are transposed in registers (a ragged
 // last block overlaps the one before it and rewrites the same values); vector stores also let
 // the kernel's vector loads that follow forward from them.
 HWY_INLINE void CopyTransposedScalar(const float* HWY_RESTRICT src, int64_t lds, int64_t n,
@@ -384,41 +436,16 @@ HWY_INLINE void CopyTransposedScalar(const float* HWY_RESTRICT src, int64_t lds,
   }
 }
 
-#if HWY_TARGET == HWY_AVX2
-HWY_INLINE void Transpose8x8(DF d, const float* HWY_RESTRICT src, int64_t lds,
-                             float* HWY_RESTRICT dst, int64_t ldd) {
-  const hn::Repartition<double, DF> dd;
-  VF r[8];
-  for (int i = 0; i < 8; ++i) r[i] = hn::LoadU(d, src + i * lds);
-  VF t[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = hn::InterleaveLower(d, r[i], r[i + 1]);
-    t[i + 1] = hn::InterleaveUpper(d, r[i], r[i + 1]);
-  }
-  VF u[8];
-  for (int h = 0; h < 8; h += 4) {
-    for (int i = 0; i < 2; ++i) {
-      const auto a = hn::BitCast(dd, t[h + i]), b = hn::BitCast(dd, t[h + 2 + i]);
-      u[h + 2 * i] = hn::BitCast(d, hn::InterleaveLower(dd, a, b));
-      u[h + 2 * i + 1] = hn::BitCast(d, hn::InterleaveUpper(dd, a, b));
-    }
-  }
-  for (int c = 0; c < 4; ++c) {
-    hn::StoreU(hn::ConcatLowerLower(d, u[4 + c], u[c]), d, dst + c * ldd);
-    hn::StoreU(hn::ConcatUpperUpper(d, u[4 + c], u[c]), d, dst + (c + 4) * ldd);
-  }
-}
-#endif
 
 HWY_INLINE void CopyTransposed(DF d, const float* HWY_RESTRICT src, int64_t lds, int64_t n,
                                int64_t k, float* HWY_RESTRICT dst, int64_t ldd) {
-#if HWY_TARGET == HWY_AVX2
+#if ATTNKIT_HAVE_TRANSPOSE8
   if (n >= 8 && k >= 8) {
     for (int64_t j = 0;; j += 8) {
       j = std::min(j, n - 8);
       for (int64_t kk = 0;; kk += 8) {
         kk = std::min(kk, k - 8);
-        Transpose8x8(d, src + j * lds + kk, lds, dst + kk * ldd + j, ldd);
+        TransposeBlock8x8(src + j * lds + kk, lds, dst + kk * ldd + j, ldd);
         if (kk + 8 >= k) break;
       }
       if (j + 8 >= n) break;
@@ -540,10 +567,10 @@ inline void GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const float* b = g.b + j0;
   int64_t ldb = g.ldb;
-  if (g.trans_b || j1 < lanes) {
-    // Copy op(B) columns j0..j1 into a k × width row-major panel; at least one vector wide
-    // (zero-padded in front) so the ragged-tile loads stay inside it.
-    const int64_t width = std::max(j1 - j0, lanes), pad = width - (j1 - j0);
+  if (g.trans_b || (j1 < lanes && !kFastMaskedStore)) {
+    // Copy op(B) columns j0..j1 into a k × width row-major panel; without masked loads at
+    // least one vector wide (zero-padded in front) so the ragged-tile loads stay inside it.
+    const int64_t width = kFastMaskedStore ? j1 - j0 : std::max(j1 - j0, lanes), pad = width - (j1 - j0);
     float* panel = gemm_detail::thread_scratch(1, static_cast<size_t>(g.k * width));
     for (int64_t kk = 0; kk < g.k; ++kk)
       for (int64_t j = 0; j < pad; ++j) panel[kk * width + j] = 0.0f;
@@ -738,23 +765,25 @@ inline void GemmDot(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64
 // Slack the packed-A scratch needs past mc × kc floats (PackA6x8's last store).
 inline constexpr int64_t kPackASlack = 16;
 
-#if HWY_TARGET == HWY_AVX2
+#if ATTNKIT_HAVE_TRANSPOSE8
 // dst[kk·6 + r] = src[r·lds + kk] for r < 6, kk < 8: 8 columns of 6 rows of a row-major A
-// into an MR-row panel, transposed in registers. The 8 stores of 8 floats go in increasing
-// order, each overwriting the previous one's 2 spare lanes; the last writes dst[48, 50), which
-// the caller owns (the next values of the panel, or slack) and overwrites later.
-HWY_INLINE void PackA6x8(DF d, const float* HWY_RESTRICT src, int64_t lds,
-                         float* HWY_RESTRICT dst) {
-  const hn::Repartition<double, DF> dd;
-  VF r[8];
+// into an MR-row panel, transposed in 256-bit registers (on AVX-512 too). The 8 stores of 8
+// floats go in increasing order, each overwriting the previous one's 2 spare lanes; the last
+// writes dst[48, 50), which the caller owns (the next values of the panel, or slack) and
+// overwrites later.
+HWY_INLINE void PackA6x8(const float* HWY_RESTRICT src, int64_t lds, float* HWY_RESTRICT dst) {
+  const hn::Full256<float> d;
+  using V8 = hn::Vec<decltype(d)>;
+  const hn::Repartition<double, decltype(d)> dd;
+  V8 r[8];
   for (int i = 0; i < 6; ++i) r[i] = hn::LoadU(d, src + i * lds);
   r[6] = r[7] = hn::Zero(d);
-  VF t[8];
+  V8 t[8];
   for (int i = 0; i < 8; i += 2) {
     t[i] = hn::InterleaveLower(d, r[i], r[i + 1]);
     t[i + 1] = hn::InterleaveUpper(d, r[i], r[i + 1]);
   }
-  VF u[8];
+  V8 u[8];
   for (int h = 0; h < 8; h += 4) {
     for (int i = 0; i < 2; ++i) {
       const auto a = hn::BitCast(dd, t[h + i]), b = hn::BitCast(dd, t[h + 2 + i]);
@@ -798,12 +827,12 @@ inline void PackA(const GemmArgs& g, int64_t i0, int64_t mc, int64_t p0, int64_t
       // The next panel's rows are fetched while this one is packed (A comes from memory,
       // and 6 rows 1-4 KB apart are more streams than the hardware prefetcher follows).
       int64_t kk = 0;
-#if HWY_TARGET == HWY_AVX2
+#if ATTNKIT_HAVE_TRANSPOSE8
       const int64_t next_rows = std::min(kMR, mc - ip - kMR);
       for (; kk + 8 <= kc; kk += 8) {
         if (kk % 16 == 0)
           for (int64_t r = 0; r < next_rows; ++r) hwy::Prefetch(src + (kMR + r) * g.lda + kk);
-        PackA6x8(DF(), src + kk, g.lda, panel + kk * kMR);
+        PackA6x8(src + kk, g.lda, panel + kk * kMR);
       }
 #endif
       for (; kk < kc; ++kk)
@@ -829,74 +858,75 @@ inline void PackA(const GemmArgs& g, int64_t i0, int64_t mc, int64_t p0, int64_t
 // Rows of a row-major B prefetched ahead of the copy in PackB.
 inline constexpr int64_t kPackBAhead = 4;
 
-// Whole 16-column panels of a row-major B copied row by row, each column also added up in
-// row order into colsum (colsum + column, kept in registers over the kc rows).
+// Whole NR-column panels of a row-major B (nr = 2 vectors, any lane count) copied row by
+// row, each column also added up in row order into colsum (colsum + column, kept in registers
+// over the kc rows).
 template <int64_t kWhole>
-HWY_INLINE void PackBSummed(const GemmArgs& g, int64_t p0, int64_t kc, const float* src0,
-                            float* HWY_RESTRICT panel, float* HWY_RESTRICT colsum) {
+HWY_INLINE void PackBSummed(const GemmArgs& g, int64_t p0, int64_t kc, int64_t nr,
+                            const float* src0, float* HWY_RESTRICT panel, float* HWY_RESTRICT colsum) {
   const DF d;
-  constexpr int64_t kMaxVecs = 16;  // 16 / lanes vectors per panel: room for any target
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), vecs = 16 / lanes;
-  VF sum[kWhole][kMaxVecs];
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  VF sum[kWhole][2];
   for (int64_t w = 0; w < kWhole; ++w)
-    for (int64_t h = 0; h < vecs; ++h) sum[w][h] = hn::LoadU(d, colsum + w * 16 + h * lanes);
+    for (int64_t h = 0; h < 2; ++h) sum[w][h] = hn::LoadU(d, colsum + w * nr + h * lanes);
   for (int64_t kk = 0; kk < kc; ++kk) {
     const float* src = src0 + (p0 + kk) * g.ldb;
     if (kk + kPackBAhead < kc)
-      for (int64_t w = 0; w < kWhole; ++w) hwy::Prefetch(src + kPackBAhead * g.ldb + w * 16);
+      for (int64_t w = 0; w < kWhole; ++w) hwy::Prefetch(src + kPackBAhead * g.ldb + w * nr);
     for (int64_t w = 0; w < kWhole; ++w)
-      for (int64_t h = 0; h < vecs; ++h) {
-        const VF v = hn::LoadU(d, src + w * 16 + h * lanes);
-        hn::StoreU(v, d, panel + w * 16 * kc + kk * 16 + h * lanes);
+      for (int64_t h = 0; h < 2; ++h) {
+        const VF v = hn::LoadU(d, src + w * nr + h * lanes);
+        hn::StoreU(v, d, panel + w * nr * kc + kk * nr + h * lanes);
         sum[w][h] = hn::Add(sum[w][h], v);
       }
   }
   for (int64_t w = 0; w < kWhole; ++w)
-    for (int64_t h = 0; h < vecs; ++h) hn::StoreU(sum[w][h], d, colsum + w * 16 + h * lanes);
+    for (int64_t h = 0; h < 2; ++h) hn::StoreU(sum[w][h], d, colsum + w * nr + h * lanes);
 }
 
 // op(B)[p0.., j0..] → kc × nc as NR-column panels, each kc × NR (kk-major). colsum (B not
 // transposed; nullptr for none): the nc columns' sums, added to in row order.
 inline void PackB(const GemmArgs& g, int64_t p0, int64_t kc, int64_t j0, int64_t nc, int64_t nr,
                   float* HWY_RESTRICT out, float* HWY_RESTRICT colsum = nullptr) {
+  // Whole panels copied together, row by row: 256 bytes of each row of B read in order (rows
+  // 1 KB apart fall in a few L1 sets when walked panel by panel; more panels at once, kc·nr·4
+  // bytes apart, would be as many write streams, often in one L1 set).
+  const int64_t at_once = std::clamp<int64_t>(64 / nr, 1, 4);
   for (int64_t jp = 0; jp < nc; jp += nr) {
     const int64_t cols = std::min(nr, nc - jp);
     float* panel = out + jp * kc;
-    if (colsum && !g.trans_b && cols == 16 && nr == 16) {  // whole panels, summed
-      const int64_t whole = std::min<int64_t>(4, (nc - jp) / 16);
+    if (colsum && !g.trans_b && cols == nr) {  // whole panels, summed
+      const int64_t whole = std::min(at_once, (nc - jp) / nr);
       const float* src0 = g.b + j0 + jp;
       switch (whole) {
-        case 4: PackBSummed<4>(g, p0, kc, src0, panel, colsum + jp); break;
-        case 3: PackBSummed<3>(g, p0, kc, src0, panel, colsum + jp); break;
-        case 2: PackBSummed<2>(g, p0, kc, src0, panel, colsum + jp); break;
-        default: PackBSummed<1>(g, p0, kc, src0, panel, colsum + jp); break;
+        case 4: PackBSummed<4>(g, p0, kc, nr, src0, panel, colsum + jp); break;
+        case 3: PackBSummed<3>(g, p0, kc, nr, src0, panel, colsum + jp); break;
+        case 2: PackBSummed<2>(g, p0, kc, nr, src0, panel, colsum + jp); break;
+        default: PackBSummed<1>(g, p0, kc, nr, src0, panel, colsum + jp); break;
       }
-      jp += (whole - 1) * 16;
+      jp += (whole - 1) * nr;
       continue;
     }
-    if (!g.trans_b && cols == 16 && nr == 16) {  // whole panel rows (a fixed-size copy)
-      // Up to 4 whole panels at once, row by row: 256 bytes of each row of B read in order
-      // (rows 1 KB apart fall in a few L1 sets when walked panel by panel; more panels at
-      // once, kc·64 bytes apart, would be as many write streams, often in one L1 set).
-      const int64_t whole = std::min<int64_t>(4, (nc - jp) / 16);
+    if (!g.trans_b && cols == nr) {  // whole panel rows (a fixed-size copy)
+      const int64_t whole = std::min(at_once, (nc - jp) / nr);
       for (int64_t kk = 0; kk < kc; ++kk) {
         const float* src = g.b + (p0 + kk) * g.ldb + j0 + jp;
         if (kk + kPackBAhead < kc) {  // a row a few rows ahead (rows may be 1 KB apart)
-          for (int64_t w = 0; w < whole; ++w) hwy::Prefetch(src + kPackBAhead * g.ldb + w * 16);
+          for (int64_t w = 0; w < whole; ++w) hwy::Prefetch(src + kPackBAhead * g.ldb + w * nr);
         }
         for (int64_t w = 0; w < whole; ++w)
-          std::memcpy(panel + w * 16 * kc + kk * 16, src + w * 16, 16 * 4);
+          std::memcpy(panel + w * nr * kc + kk * nr, src + w * nr, static_cast<size_t>(nr) * 4);
       }
-      jp += (whole - 1) * 16;
+      jp += (whole - 1) * nr;
       continue;
     }
-#if HWY_TARGET == HWY_AVX2
-    if (g.trans_b && cols == 16 && nr == 16 && kc >= 8) {  // two 8 × 8 register transposes
+#if ATTNKIT_HAVE_TRANSPOSE8
+    if (g.trans_b && cols == nr && kc >= 8) {  // nr / 8 register transposes of 8 × 8
       const float* src = g.b + (j0 + jp) * g.ldb + p0;
       for (int64_t kk = 0;; kk += 8) {
         kk = std::min(kk, kc - 8);  // a ragged last block rewrites the same values
-        Transpose8x8(DF(), src + kk, g.ldb, panel + kk * 16, 16);
-        Transpose8x8(DF(), src + 8 * g.ldb + kk, g.ldb, panel + kk * 16 + 8, 16);
+        for (int64_t c = 0; c < nr; c += 8)
+          TransposeBlock8x8(src + c * g.ldb + kk, g.ldb, panel + kk * nr + c, nr);
         if (kk + 8 >= kc) break;
       }
       continue;

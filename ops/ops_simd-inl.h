@@ -39,6 +39,9 @@ HWY_INLINE void WithFlag(bool flag, const F& f) {
 // a stack copy instead.
 template <class D>
 HWY_INLINE hn::Vec<D> LoadTail(D d, const hn::TFromD<D>* p, size_t n) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  return hn::MaskedLoad(hn::FirstN(d, n), d, p);  // fault-free for masked-off lanes
+#endif
   HWY_ALIGN hn::TFromD<D> buf[hn::MaxLanes(d)] = {};
   std::memcpy(buf, p, n * sizeof(hn::TFromD<D>));
   return hn::Load(d, buf);
@@ -47,6 +50,10 @@ HWY_INLINE hn::Vec<D> LoadTail(D d, const hn::TFromD<D>* p, size_t n) {
 // Stores the first n lanes of v to p[0, n) without touching p[n, ...).
 template <class D>
 HWY_INLINE void StoreTail(D d, hn::Vec<D> v, hn::TFromD<D>* p, size_t n) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  hn::BlendedStore(v, hn::FirstN(d, n), d, p);
+  return;
+#endif
   HWY_ALIGN hn::TFromD<D> buf[hn::MaxLanes(d)];
   hn::Store(v, d, buf);
   std::memcpy(p, buf, n * sizeof(hn::TFromD<D>));
@@ -89,7 +96,24 @@ HWY_INLINE hn::Mask<D> LoadFlags(D d, const uint8_t* p, size_t n) {
   return hn::RebindMask(d, hn::Ne(flags, hn::Zero(di)));
 }
 
-#if HWY_TARGET == HWY_AVX2
+// x86 targets with 256-bit vectors (AVX2, and AVX-512 through AVX-512VL) transpose 8 × 8
+// blocks in registers, whatever their full vector length; the others copy element by element.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+#define ATTNKIT_HAVE_TRANSPOSE8 1
+#else
+#define ATTNKIT_HAVE_TRANSPOSE8 0
+#endif
+
+// AVX-512 stores and loads any subset of lanes with one fast instruction (a mask register);
+// AVX2's vmaskmov is slow on AMD and SSE4 has none, so those targets copy ragged tails through
+// a stack buffer or overlap whole vectors instead.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+inline constexpr bool kFastMaskedStore = true;
+#else
+inline constexpr bool kFastMaskedStore = false;
+#endif
+
+#if ATTNKIT_HAVE_TRANSPOSE8
 // 8 × 8 float block transposed in registers: dst[c·ldd + r] = src[r·lds + c]. Gathers are slow
 // on AMD (Zen 3: one 8-lane gather costs about as much as this whole transpose), so blocks of
 // 8 short rows move between row-major and one-row-per-lane layouts through these.
