@@ -367,32 +367,34 @@ template <int R, bool kBias>
 HWY_INLINE void DirectTailMasked(DF d, const GemmArgs& g, const float* a, int64_t ar, int64_t ak,
                                  const float* b, int64_t ldb, float* c, int64_t t,
                                  const float* bias, VF (&acc)[kMR][2]) {
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  const size_t c0 = static_cast<size_t>(std::min(t, lanes)), c1 = static_cast<size_t>(t > lanes ? t - lanes : 0);
-  const auto m0 = hn::FirstN(d, c0), m1 = hn::FirstN(d, c1);
-#pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = hn::Zero(d);
-  if (c1 > 0) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), k = g.k;
+  if (t > lanes) {
+    const auto m1 = hn::FirstN(d, static_cast<size_t>(t - lanes));
+    VF acc0[R], acc1[R];  // locals, so they stay in registers over the k loop
+    for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = hn::Zero(d);
 #pragma GCC unroll 4
-    for (int64_t kk = 0; kk < g.k; ++kk) {
+    for (int64_t kk = 0; kk < k; ++kk) {
       const VF bv0 = hn::LoadU(d, b + kk * ldb);
       const VF bv1 = hn::MaskedLoad(m1, d, b + kk * ldb + lanes);
       const float* HWY_RESTRICT ak_ptr = a + kk * ak;
-#pragma GCC unroll 6
       for (int r = 0; r < R; ++r) {
         const VF av = hn::Set(d, ak_ptr[r * ar]);
-        acc[r][0] = hn::MulAdd(av, bv0, acc[r][0]);
-        acc[r][1] = hn::MulAdd(av, bv1, acc[r][1]);
+        acc0[r] = hn::MulAdd(av, bv0, acc0[r]);
+        acc1[r] = hn::MulAdd(av, bv1, acc1[r]);
       }
     }
+    for (int r = 0; r < R; ++r) acc[r][0] = acc0[r], acc[r][1] = acc1[r];
   } else {
+    const auto m0 = hn::FirstN(d, static_cast<size_t>(t));
+    VF acc0[R];
+    for (int r = 0; r < R; ++r) acc0[r] = hn::Zero(d);
 #pragma GCC unroll 4
-    for (int64_t kk = 0; kk < g.k; ++kk) {
+    for (int64_t kk = 0; kk < k; ++kk) {
       const VF bv0 = hn::MaskedLoad(m0, d, b + kk * ldb);
       const float* HWY_RESTRICT ak_ptr = a + kk * ak;
-#pragma GCC unroll 6
-      for (int r = 0; r < R; ++r) acc[r][0] = hn::MulAdd(hn::Set(d, ak_ptr[r * ar]), bv0, acc[r][0]);
+      for (int r = 0; r < R; ++r) acc0[r] = hn::MulAdd(hn::Set(d, ak_ptr[r * ar]), bv0, acc0[r]);
     }
+    for (int r = 0; r < R; ++r) acc[r][0] = acc0[r];
   }
   StoreTile<kBias>(d, acc, R, static_cast<size_t>(t), g.alpha, g.beta, FirstCombine(g.beta), c, g.ldc, bias);
 }
