@@ -10,6 +10,8 @@
 //   dV = Pᵀ·dy    rows = keys,    coefficients = Pᵀ rows,     matrix = dy rows
 // Rows are computed R at a time for independent FMA chains; each row's accumulation runs over
 // the same sequence of operations for any R, so results do not depend on the blocking.
+// Sequence lanes and head-dim lanes each take the full vector or 8 lanes, whichever pads less
+// (see UseFull), so T = 8 and head sizes of 8, 24, 40 stay on this path on 16-lane AVX-512.
 // (A forward kernel built the same way was tried and dropped: its softmax over padded query
 // lanes and the transposes cost more than the GEMM path's scores and softmax, which vectorizes
 // short rows across all products without padding.)
@@ -34,6 +36,9 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
+// 8 lanes where vectors are wider (AVX-512): sequences of 8 tokens and head sizes of 8, 24 or
+// 40 fill these and would leave half of a 16-lane vector empty.
+using D8 = hn::CappedTag<float, 8>;
 
 constexpr int64_t kMaxKeys = 16;     // tk
 constexpr int64_t kMaxQueries = 64;  // tq
@@ -41,19 +46,23 @@ constexpr int64_t kMaxVectors = 8;   // dh / Lanes and dvh / Lanes
 constexpr size_t kMaxLanes = hn::MaxLanes(DF());
 constexpr int64_t kMaxHeadDim = kMaxVectors * static_cast<int64_t>(kMaxLanes);
 
+template <class D>
+HWY_INLINE int64_t LanesOf(D d) {
+  return static_cast<int64_t>(hn::Lanes(d));
+}
+
 // out[r·ldo + v·N + lane] (+)= Σ_{l < len} coef[r·crs + l·cls] · mat[l·ms + v·N + lane]
-// for r < R, v < V.
-template <int R, int V>
-HWY_INLINE void RowsBlock(const float* HWY_RESTRICT coef, int64_t crs, int64_t cls, int64_t len,
+// for r < R, v < V, with N = Lanes(d).
+template <int R, int V, class D>
+HWY_INLINE void RowsBlock(D d, const float* HWY_RESTRICT coef, int64_t crs, int64_t cls, int64_t len,
                           const float* HWY_RESTRICT mat, int64_t ms, float* HWY_RESTRICT out,
                           int64_t ldo, bool add) {
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  hn::Vec<DF> acc[R][V];
+  const int64_t N = LanesOf(d);
+  hn::Vec<D> acc[R][V];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < V; ++v) acc[r][v] = hn::Zero(d);
   for (int64_t l = 0; l < len; ++l) {
-    hn::Vec<DF> row[V];
+    hn::Vec<D> row[V];
     for (int v = 0; v < V; ++v) row[v] = hn::LoadU(d, mat + l * ms + v * N);
     for (int r = 0; r < R; ++r) {
       const auto c = hn::Set(d, coef[r * crs + l * cls]);
@@ -72,56 +81,52 @@ HWY_INLINE void RowsBlock(const float* HWY_RESTRICT coef, int64_t crs, int64_t c
   }
 }
 
-template <int V>
-HWY_INLINE void RowsOf(int64_t rows, const float* coef, int64_t crs, int64_t cls, int64_t len,
+template <int V, class D>
+HWY_INLINE void RowsOf(D d, int64_t rows, const float* coef, int64_t crs, int64_t cls, int64_t len,
                        const float* mat, int64_t ms, float* out, int64_t ldo, bool add) {
   constexpr int R = V >= 8 ? 1 : 8 / V;  // about 8 accumulators
   int64_t r = 0;
   for (; r + R <= rows; r += R)
-    RowsBlock<R, V>(coef + r * crs, crs, cls, len, mat, ms, out + r * ldo, ldo, add);
-  for (; r < rows; ++r) RowsBlock<1, V>(coef + r * crs, crs, cls, len, mat, ms, out + r * ldo, ldo, add);
+    RowsBlock<R, V>(d, coef + r * crs, crs, cls, len, mat, ms, out + r * ldo, ldo, add);
+  for (; r < rows; ++r) RowsBlock<1, V>(d, coef + r * crs, crs, cls, len, mat, ms, out + r * ldo, ldo, add);
 }
 
-// `rows` rows of `vecs` (1..kMaxVectors) vectors each; see RowsBlock.
-static void RowsTimesMatrix(int64_t rows, int64_t vecs, const float* coef, int64_t crs, int64_t cls,
-                            int64_t len, const float* mat, int64_t ms, float* out, int64_t ldo,
-                            bool add) {
+// `rows` rows of `vecs` (1..kMaxVectors) vectors of Lanes(d) each; see RowsBlock.
+template <class D>
+HWY_NOINLINE void RowsTimesMatrix(D d, int64_t rows, int64_t vecs, const float* coef, int64_t crs, int64_t cls,
+                                  int64_t len, const float* mat, int64_t ms, float* out, int64_t ldo, bool add) {
   switch (vecs) {
-    case 1: return RowsOf<1>(rows, coef, crs, cls, len, mat, ms, out, ldo, add);
-    case 2: return RowsOf<2>(rows, coef, crs, cls, len, mat, ms, out, ldo, add);
-    case 3: return RowsOf<3>(rows, coef, crs, cls, len, mat, ms, out, ldo, add);
-    case 4: return RowsOf<4>(rows, coef, crs, cls, len, mat, ms, out, ldo, add);
-    case 5: return RowsOf<5>(rows, coef, crs, cls, len, mat, ms, out, ldo, add);
-    case 6: return RowsOf<6>(rows, coef, crs, cls, len, mat, ms, out, ldo, add);
-    case 7: return RowsOf<7>(rows, coef, crs, cls, len, mat, ms, out, ldo, add);
-    default: return RowsOf<8>(rows, coef, crs, cls, len, mat, ms, out, ldo, add);
+    case 1: return RowsOf<1>(d, rows, coef, crs, cls, len, mat, ms, out, ldo, add);
+    case 2: return RowsOf<2>(d, rows, coef, crs, cls, len, mat, ms, out, ldo, add);
+    case 3: return RowsOf<3>(d, rows, coef, crs, cls, len, mat, ms, out, ldo, add);
+    case 4: return RowsOf<4>(d, rows, coef, crs, cls, len, mat, ms, out, ldo, add);
+    case 5: return RowsOf<5>(d, rows, coef, crs, cls, len, mat, ms, out, ldo, add);
+    case 6: return RowsOf<6>(d, rows, coef, crs, cls, len, mat, ms, out, ldo, add);
+    case 7: return RowsOf<7>(d, rows, coef, crs, cls, len, mat, ms, out, ldo, add);
+    default: return RowsOf<8>(d, rows, coef, crs, cls, len, mat, ms, out, ldo, add);
   }
 }
 
-// Per-CPU limits of the short path.
-static bool Fits(const AttentionDims& m) {
-  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-  const int64_t tqp = (m.tq + N - 1) / N * N;
-  return m.tk >= 1 && m.tk <= kMaxKeys && m.tq >= 1 && m.tq <= kMaxQueries &&
-         tqp / N <= kMaxVectors && m.dh % N == 0 && m.dvh % N == 0 && m.dh >= N && m.dvh >= N &&
-         m.dh / N <= kMaxVectors && m.dvh / N <= kMaxVectors;
+// The short path's limits for sequence lanes of Lanes(dt) (keys of the scores, queries of
+// the backward) and head-dim lanes of Lanes(dh).
+template <class DT, class DH>
+HWY_INLINE bool Fits(DT dt, DH dhd, const AttentionDims& m) {
+  const int64_t NT = LanesOf(dt), NH = LanesOf(dhd);
+  const int64_t tqp = (m.tq + NT - 1) / NT * NT, tkp = (m.tk + NT - 1) / NT * NT;
+  return m.tk >= 1 && m.tk <= kMaxKeys && m.tq >= 1 && m.tq <= kMaxQueries && tqp / NT <= kMaxVectors &&
+         tkp / NT <= kMaxVectors && m.dh % NH == 0 && m.dvh % NH == 0 && m.dh >= NH && m.dvh >= NH &&
+         m.dh / NH <= kMaxVectors && m.dvh / NH <= kMaxVectors;
 }
 
 // dst[c·ldd + r] = src[r·lds + c] for r < rows, c < cols, and zeros for r in [rows, pad_to).
-// On AVX2 whole 8 × 8 blocks move through register shuffles (the scalar loop was a quarter
-// of the kernel's time).
-HWY_INLINE void TransposeTile(const float* HWY_RESTRICT src, int64_t lds, int64_t rows, int64_t cols,
-                          float* HWY_RESTRICT dst, int64_t ldd, int64_t pad_to) {
-  int64_t r8 = 0, c8 = 0;
-#if HWY_TARGET == HWY_AVX2
-  r8 = rows / 8 * 8, c8 = cols / 8 * 8;
-  for (int64_t r0 = 0; r0 < r8; r0 += 8)
-    for (int64_t c0 = 0; c0 < c8; c0 += 8) TransposeBlock8x8(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
-#endif
+// Where 256-bit vectors exist, whole 8 × 8 blocks move through register shuffles (the scalar
+// loop was a quarter of the kernel's time).
+template <class D>
+HWY_INLINE void TransposeTile(D d, const float* HWY_RESTRICT src, int64_t lds, int64_t rows, int64_t cols,
+                              float* HWY_RESTRICT dst, int64_t ldd, int64_t pad_to) {
   // Padding first: whole zero vectors over [pad_to − N, pad_to) when rows > pad_to − N (the
   // usual case), rewritten below where they cover real rows.
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t N = LanesOf(d);
   const bool vector_pad = pad_to > rows && pad_to % N == 0 && rows >= pad_to - N;
   for (int64_t c = 0; c < cols; ++c) {
     float* out = dst + c * ldd;
@@ -130,6 +135,15 @@ HWY_INLINE void TransposeTile(const float* HWY_RESTRICT src, int64_t lds, int64_
     } else {
       for (int64_t r = rows; r < pad_to; ++r) out[r] = 0.0f;
     }
+  }
+  int64_t r8 = 0, c8 = 0;
+#if ATTNKIT_HAVE_TRANSPOSE8
+  r8 = rows / 8 * 8, c8 = cols / 8 * 8;
+  for (int64_t r0 = 0; r0 < r8; r0 += 8)
+    for (int64_t c0 = 0; c0 < c8; c0 += 8) TransposeBlock8x8(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
+#endif
+  for (int64_t c = 0; c < cols; ++c) {
+    float* out = dst + c * ldd;
     for (int64_t r = c < c8 ? r8 : 0; r < rows; ++r) out[r] = src[r * lds + c];
   }
 }
@@ -156,15 +170,15 @@ struct ShortScratch {
   HWY_ALIGN uint8_t forbidden[kMaxKeys * kMaxQueries];
 };
 
-bool AttentionShortBackward(const float* q, const float* k, const float* v, const float* probs,
-                            const float* dy, float* dq, float* dk, float* dv, bool accumulate_q,
-                            bool accumulate_k, bool accumulate_v, const AttentionDims& m,
-                            const AttentionMasking& mk, int64_t p0, int64_t p1) {
-  if (!Fits(m)) return false;
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+// Queries are lanes of dt, head dims lanes of dhd.
+template <class DT, class DH>
+HWY_NOINLINE void ShortBackward(DT dt, DH dhd, const float* q, const float* k, const float* v, const float* probs,
+                                const float* dy, float* dq, float* dk, float* dv, bool accumulate_q,
+                                bool accumulate_k, bool accumulate_v, const AttentionDims& m,
+                                const AttentionMasking& mk, int64_t p0, int64_t p1) {
+  const int64_t N = LanesOf(dt), NH = LanesOf(dhd);
   const int64_t tqp = (m.tq + N - 1) / N * N, tt = m.tq * m.tk;
-  const auto vscale = hn::Set(d, mk.scale);
+  const auto vscale = hn::Set(dt, mk.scale);
   ShortScratch x;
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t b = p / m.heads, h = p % m.heads;
@@ -173,63 +187,107 @@ bool AttentionShortBackward(const float* q, const float* k, const float* v, cons
     const float* vp = v + b * m.tk * m.dv + h * m.dvh;
     const float* dyp = dy + b * m.tq * m.dv + h * m.dvh;
     // dPᵀ = V·dyᵀ; Pᵀ.
-    TransposeTile(dyp, m.dv, m.tq, m.dvh, x.rows_t, tqp, tqp);
-    RowsTimesMatrix(m.tk, tqp / N, vp, m.dv, 1, m.dvh, x.rows_t, tqp, x.st, tqp, false);
-    TransposeTile(probs + p * tt, m.tk, m.tq, m.tk, x.pt, tqp, tqp);
+    TransposeTile(dt, dyp, m.dv, m.tq, m.dvh, x.rows_t, tqp, tqp);
+    RowsTimesMatrix(dt, m.tk, tqp / N, vp, m.dv, 1, m.dvh, x.rows_t, tqp, x.st, tqp, false);
+    TransposeTile(dt, probs + p * tt, m.tk, m.tq, m.tk, x.pt, tqp, tqp);
     // dS = scale·P⊙(dP − Σ_j dP⊙P), 0 where forbidden (as softmax_backward), per query lane.
     const uint8_t* forbidden = TransposedMask(m, mk, b, tqp, x.forbidden);
     for (int64_t u = 0; u < tqp; u += N) {
-      auto vdot = hn::Zero(d);
+      auto vdot = hn::Zero(dt);
       for (int64_t j = 0; j < m.tk; ++j)
-        vdot = hn::MulAdd(hn::Load(d, x.st + j * tqp + u), hn::Load(d, x.pt + j * tqp + u), vdot);
+        vdot = hn::MulAdd(hn::Load(dt, x.st + j * tqp + u), hn::Load(dt, x.pt + j * tqp + u), vdot);
       for (int64_t j = 0; j < m.tk; ++j) {
         float* ds = x.st + j * tqp + u;
-        auto g = hn::Mul(hn::Mul(hn::Load(d, x.pt + j * tqp + u), vscale), hn::Sub(hn::Load(d, ds), vdot));
-        if (forbidden) g = hn::IfThenZeroElse(LoadFlags(d, forbidden + j * tqp + u, static_cast<size_t>(N)), g);
-        hn::Store(g, d, ds);
+        auto g = hn::Mul(hn::Mul(hn::Load(dt, x.pt + j * tqp + u), vscale), hn::Sub(hn::Load(dt, ds), vdot));
+        if (forbidden) g = hn::IfThenZeroElse(LoadFlags(dt, forbidden + j * tqp + u, static_cast<size_t>(N)), g);
+        hn::Store(g, dt, ds);
       }
     }
     // dQ = dS·K (coefficient (i, j) = st[j·tqp + i]), dK = dSᵀ·Q, dV = Pᵀ·dy.
     if (dq)
-      RowsTimesMatrix(m.tq, m.dh / N, x.st, 1, tqp, m.tk, kp, m.d, dq + b * m.tq * m.d + h * m.dh,
+      RowsTimesMatrix(dhd, m.tq, m.dh / NH, x.st, 1, tqp, m.tk, kp, m.d, dq + b * m.tq * m.d + h * m.dh,
                       m.d, accumulate_q);
     if (dk)
-      RowsTimesMatrix(m.tk, m.dh / N, x.st, tqp, 1, m.tq, qp, m.d, dk + b * m.tk * m.d + h * m.dh,
+      RowsTimesMatrix(dhd, m.tk, m.dh / NH, x.st, tqp, 1, m.tq, qp, m.d, dk + b * m.tk * m.d + h * m.dh,
                       m.d, accumulate_k);
     if (dv)
-      RowsTimesMatrix(m.tk, m.dvh / N, x.pt, tqp, 1, m.tq, dyp, m.dv,
+      RowsTimesMatrix(dhd, m.tk, m.dvh / NH, x.pt, tqp, 1, m.tq, dyp, m.dv,
                       dv + b * m.tk * m.dv + h * m.dvh, m.dv, accumulate_v);
   }
-  return true;
 }
 
 // The forward's two products per (batch, head), without a GEMM call each: S = Q·Kᵀ with Kᵀ
-// transposed into a stack tile (keys are lanes), and y = P·V.
-bool AttentionShortScores(const float* q, const float* k, float* scores, const AttentionDims& m,
-                          int64_t p0, int64_t p1) {
-  if (!Fits(m)) return false;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+// transposed into a stack tile (keys are lanes of dt), and y = P·V (head dims lanes of dhd).
+template <class DT>
+HWY_NOINLINE void ShortScores(DT dt, const float* q, const float* k, float* scores, const AttentionDims& m,
+                              int64_t p0, int64_t p1) {
+  const int64_t N = LanesOf(dt);
   const int64_t tkp = (m.tk + N - 1) / N * N, tt = m.tq * m.tk;
   HWY_ALIGN float kt[kMaxHeadDim * kMaxKeys];  // Kᵀ of the head, [dh, tkp]
   HWY_ALIGN float st[kMaxQueries * kMaxKeys];  // S with padded rows, [tq, tkp]
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t b = p / m.heads, h = p % m.heads;
-    TransposeTile(k + b * m.tk * m.d + h * m.dh, m.d, m.tk, m.dh, kt, tkp, tkp);
-    RowsTimesMatrix(m.tq, tkp / N, q + b * m.tq * m.d + h * m.dh, m.d, 1, m.dh, kt, tkp, st, tkp, false);
+    TransposeTile(dt, k + b * m.tk * m.d + h * m.dh, m.d, m.tk, m.dh, kt, tkp, tkp);
+    RowsTimesMatrix(dt, m.tq, tkp / N, q + b * m.tq * m.d + h * m.dh, m.d, 1, m.dh, kt, tkp, st, tkp, false);
     float* out = scores + p * tt;
     for (int64_t i = 0; i < m.tq; ++i) std::memcpy(out + i * m.tk, st + i * tkp, static_cast<size_t>(m.tk) * 4);
+  }
+}
+
+template <class DH>
+HWY_NOINLINE void ShortValues(DH dhd, const float* probs, const float* v, float* y, const AttentionDims& m,
+                              int64_t p0, int64_t p1) {
+  const int64_t N = LanesOf(dhd);
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t b = p / m.heads, h = p % m.heads;
+    RowsTimesMatrix(dhd, m.tq, m.dvh / N, probs + p * m.tq * m.tk, m.tk, 1, m.tk, v + b * m.tk * m.dv + h * m.dvh,
+                    m.dv, y + b * m.tq * m.dv + h * m.dvh, m.dv, false);
+  }
+}
+
+// Which vector width a dimension of `len` lanes uses: the full vector, unless 8 lanes pad
+// it less (T = 8 on 16-lane AVX-512) — or only 8 lanes divide it (head sizes 8, 24, 40).
+HWY_INLINE bool UseFull(int64_t len, bool must_divide) {
+  const int64_t NF = LanesOf(DF()), N8 = LanesOf(D8());
+  if (NF == N8) return true;
+  if (must_divide) return len % NF == 0;
+  return (len + NF - 1) / NF * NF <= (len + N8 - 1) / N8 * N8;
+}
+
+bool AttentionShortBackward(const float* q, const float* k, const float* v, const float* probs,
+                            const float* dy, float* dq, float* dk, float* dv, bool accumulate_q,
+                            bool accumulate_k, bool accumulate_v, const AttentionDims& m,
+                            const AttentionMasking& mk, int64_t p0, int64_t p1) {
+  const bool full_t = UseFull(m.tq, false);
+  const bool full_h = UseFull(m.dh, true) && UseFull(m.dvh, true);
+  auto run = [&](auto dt, auto dhd) {
+    if (!Fits(dt, dhd, m)) return false;
+    ShortBackward(dt, dhd, q, k, v, probs, dy, dq, dk, dv, accumulate_q, accumulate_k, accumulate_v, m, mk, p0, p1);
+    return true;
+  };
+  if (full_t) return full_h ? run(DF(), DF()) : run(DF(), D8());
+  return full_h ? run(D8(), DF()) : run(D8(), D8());
+}
+
+bool AttentionShortScores(const float* q, const float* k, float* scores, const AttentionDims& m,
+                          int64_t p0, int64_t p1) {
+  // The same limits as the values' and backward's, so the forward and backward agree on the path.
+  if (!Fits(DF(), DF(), m) && !Fits(D8(), D8(), m)) return false;
+  if (UseFull(m.tk, false) && Fits(DF(), D8(), m)) {
+    ShortScores(DF(), q, k, scores, m, p0, p1);
+  } else {
+    ShortScores(D8(), q, k, scores, m, p0, p1);
   }
   return true;
 }
 
 bool AttentionShortValues(const float* probs, const float* v, float* y, const AttentionDims& m,
                           int64_t p0, int64_t p1) {
-  if (!Fits(m)) return false;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-  for (int64_t p = p0; p < p1; ++p) {
-    const int64_t b = p / m.heads, h = p % m.heads;
-    RowsTimesMatrix(m.tq, m.dvh / N, probs + p * m.tq * m.tk, m.tk, 1, m.tk, v + b * m.tk * m.dv + h * m.dvh,
-                    m.dv, y + b * m.tq * m.dv + h * m.dvh, m.dv, false);
+  if (!Fits(DF(), DF(), m) && !Fits(D8(), D8(), m)) return false;
+  if (UseFull(m.dh, true) && UseFull(m.dvh, true) && Fits(D8(), DF(), m)) {
+    ShortValues(DF(), probs, v, y, m, p0, p1);
+  } else {
+    ShortValues(D8(), probs, v, y, m, p0, p1);
   }
   return true;
 }

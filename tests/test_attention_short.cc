@@ -4,6 +4,7 @@
 // work back to the general path.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -116,6 +117,26 @@ int64_t lanes_of(const std::string& target) {
   return target.find("AVX2") != std::string::npos ? 8 : 4;
 }
 
+// Whether the short path takes a case with sequence lanes wt and head-dim lanes wh.
+bool fits_with(const Case& c, int64_t wt, int64_t wh) {
+  return c.dh % wh == 0 && c.dvh % wh == 0 && c.dh / wh <= 8 && c.dvh / wh <= 8 && (c.tq + wt - 1) / wt <= 8 &&
+         (c.tk + wt - 1) / wt <= 8;
+}
+
+// On n lanes, each dimension uses n lanes or 8 (when n > 8), whichever pads less; head dims
+// take 8 only when n lanes do not divide them (see ops/attention.cc).
+bool backward_fits(const Case& c, int64_t n) {
+  const int64_t w8 = std::min<int64_t>(n, 8);
+  const int64_t wh = c.dh % n == 0 && c.dvh % n == 0 ? n : w8;
+  const int64_t wt = (c.tq + n - 1) / n * n <= (c.tq + w8 - 1) / w8 * w8 ? n : w8;
+  return fits_with(c, wt, wh);
+}
+
+bool forward_fits(const Case& c, int64_t n) {
+  const int64_t w8 = std::min<int64_t>(n, 8);
+  return fits_with(c, n, n) || fits_with(c, w8, w8);
+}
+
 TEST_CASE("short attention backward matches a double reference") {
   test::for_each_simd_target([](const std::string& target) {
     Rng rng(11);
@@ -128,6 +149,11 @@ TEST_CASE("short attention backward matches a double reference") {
         {2, 4, 64, 16, 16, 16, 3},  // the largest sequences the short path takes
         {3, 2, 9, 16, 32, 16, 1},
         {2, 1, 5, 3, 64, 64, 2},    // 8 vectors of 8 floats per row on AVX2
+        {3, 2, 8, 8, 8, 8, 2},      // head size 8 and T = 8: 8 lanes on AVX-512
+        {2, 1, 10, 10, 24, 24, 1},  // head size 24
+        {2, 1, 8, 8, 40, 40, 3},    // head size 40
+        {2, 2, 12, 12, 24, 8, 0},
+        {2, 1, 17, 9, 16, 16, 2},   // 17 queries: ragged for 16 lanes
     };
     for (const Case& c : cases) {
       for (bool acc : {false, true}) {
@@ -142,7 +168,7 @@ TEST_CASE("short attention backward matches a double reference") {
         std::vector<float> probs(want.probs.begin(), want.probs.end());
         const int64_t products = c.b * c.h;
         const int64_t n = lanes_of(target);
-        if (c.dh % n != 0 || c.dvh % n != 0 || c.dh / n > 8 || c.dvh / n > 8 || (c.tq + n - 1) / n > 8) {  // not for this CPU
+        if (!backward_fits(c, n)) {  // not for this CPU
           std::vector<float> out(want.dq.size() + want.dk.size() + want.dv.size(), 5.0f);
           REQUIRE_FALSE(attention_short_backward(x.q.data(), x.k.data(), x.v.data(), probs.data(),
                                                  x.dy.data(), out.data(), nullptr, nullptr, false,
@@ -188,7 +214,8 @@ TEST_CASE("short attention forward products match a double reference") {
     const Case cases[] = {
         {4, 2, 10, 10, 16, 16, 0}, {4, 1, 10, 10, 32, 32, 0}, {3, 1, 8, 8, 32, 32, 0},
         {3, 2, 7, 13, 16, 32, 0},  {2, 1, 1, 1, 16, 16, 0},   {2, 4, 64, 16, 16, 16, 0},
-        {2, 1, 5, 3, 64, 64, 0},
+        {2, 1, 5, 3, 64, 64, 0},   {3, 2, 8, 8, 8, 8, 0},     {2, 1, 10, 10, 24, 24, 0},
+        {2, 1, 8, 8, 40, 40, 0},   {2, 2, 12, 12, 24, 8, 0},  {2, 1, 17, 9, 16, 16, 0},
     };
     for (const Case& c : cases) {
       INFO("b " << c.b << " h " << c.h << " tq " << c.tq << " tk " << c.tk << " dh " << c.dh << " dvh " << c.dvh);
@@ -198,7 +225,7 @@ TEST_CASE("short attention forward products match a double reference") {
       std::vector<float> probs(static_cast<size_t>(products * tt));
       for (auto& e : probs) e = static_cast<float>(rng.uniform());
       std::vector<float> scores(probs.size(), NAN), y(static_cast<size_t>(c.b * c.tq * m.dv), NAN);
-      if (c.dh % n != 0 || c.dvh % n != 0 || c.dh / n > 8 || c.dvh / n > 8 || (c.tq + n - 1) / n > 8) {
+      if (!forward_fits(c, n)) {
         REQUIRE_FALSE(attention_short_scores(x.q.data(), x.k.data(), scores.data(), m, 0, products));
         REQUIRE_FALSE(attention_short_values(probs.data(), x.v.data(), y.data(), m, 0, products));
         REQUIRE(std::isnan(scores[0]));
