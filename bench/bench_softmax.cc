@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "ops/cross_entropy.h"
 #include "ops/softmax.h"
 #include "simd_context.h"
 
@@ -170,8 +171,37 @@ void BM_softmax_backward_scalar(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * s.size());
 }
 
+// Cross-entropy over the logits of a lesson step (640 rows = batch 64 × T 10) with `classes`
+// classes: the forward (loss per row and the probabilities), then the backward from them, or
+// (accumulate = 2) the backward from the logits, added to the gradient.
+void BM_cross_entropy(benchmark::State& state) {
+  const int64_t rows = 640, classes = state.range(0), mode = state.range(1);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-4, 4);
+  std::vector<float> logits(static_cast<size_t>(rows * classes)), probs(logits.size()), grad(logits.size());
+  for (auto& v : logits) v = u(rng);
+  std::vector<int32_t> targets(static_cast<size_t>(rows));
+  for (auto& t : targets) t = static_cast<int32_t>(rng() % classes);
+  std::vector<float> loss(static_cast<size_t>(rows));
+  for (auto _ : state) {
+    if (mode == 2) {
+      attnkit::cross_entropy_backward(logits.data(), targets.data(), grad.data(), rows, classes, 1.0f / rows, true,
+                                      attnkit::Slice{});
+    } else {
+      attnkit::cross_entropy_forward(logits.data(), targets.data(), loss.data(), rows, classes, attnkit::Slice{},
+                                     probs.data());
+      attnkit::cross_entropy_backward_from_probs(probs.data(), targets.data(), grad.data(), rows, classes,
+                                                 1.0f / rows, false, attnkit::Slice{});
+    }
+    benchmark::DoNotOptimize(grad.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * rows * classes);
+}
+
 }  // namespace
 
+BENCHMARK(BM_cross_entropy)->Args({2, 0})->Args({10, 0})->Args({24, 0})->Args({33, 0})->Args({64, 0})->Args({10, 2})->Args({64, 2});
 BENCHMARK(BM_softmax_attnkit)->Arg(8)->Arg(10)->Arg(64)->Arg(1024)->Arg(4096);
 BENCHMARK(BM_softmax_scalar)->Arg(8)->Arg(10)->Arg(64)->Arg(1024)->Arg(4096);
 BENCHMARK(BM_softmax_masked_causal_attnkit)->Arg(8)->Arg(10);

@@ -84,9 +84,9 @@ class ShortRows {
     counted_ = hn::RebindMask(d, hn::Eq(hn::Load(di, ignored_), hn::Zero(di)));
     const float* base = logits_ + rb * classes_;
     auto vmax = hn::Set(d, -HUGE_VALF);
-#if HWY_TARGET == HWY_AVX2
+#if ATTNKIT_HAVE_TRANSPOSE8
     if (Transposable()) {
-      TransposeRowsToLanes8(base, classes_, classes_, t_, N_);
+      BlockRowsToLanes(base, N_, classes_, t_);
       for (int64_t j = 0; j < classes_; ++j) vmax = hn::Max(vmax, hn::Load(d, t_ + j * N_));
       return vmax;
     }
@@ -120,16 +120,16 @@ class ShortRows {
     const D d;
     const DI di;
     float* ob = out + rb_ * classes_;
-#if HWY_TARGET == HWY_AVX2
+#if ATTNKIT_HAVE_TRANSPOSE8
     if (Transposable()) {
       if (accumulate) {
         HWY_ALIGN float old[kShortClasses * kMaxN];
-        TransposeRowsToLanes8(ob, classes_, classes_, old, N_);
+        BlockRowsToLanes(ob, N_, classes_, old);
         for (int64_t j = 0; j < classes_; ++j) {
           hn::Store(hn::Add(hn::Load(d, old + j * N_), hn::Load(d, t_ + j * N_)), d, t_ + j * N_);
         }
       }
-      TransposeLanesToRows8(t_, N_, classes_, ob, classes_);
+      BlockLanesToRows(t_, N_, classes_, ob);
       return;
     }
 #endif
@@ -154,8 +154,9 @@ class ShortRows {
   }
 
  private:
-  // A whole block of 8 rows with at least 8 classes: register transposes instead of gathers.
-  bool Transposable() const { return N_ == 8 && count_ == 8 && classes_ >= 8; }
+  // A whole block (8 or 16 rows) with at least 8 classes: 8 × 8 register transposes instead
+  // of gathers.
+  bool Transposable() const { return N_ % 8 == 0 && count_ == N_ && classes_ >= 8; }
 
   HWY_ALIGN float t_[kShortClasses * kMaxN];
   HWY_ALIGN int32_t row_offset_[kMaxN];

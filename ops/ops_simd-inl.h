@@ -162,6 +162,21 @@ HWY_INLINE void TransposeLanesToRows8(const float* HWY_RESTRICT src, int64_t lds
 }
 #endif
 
+#if ATTNKIT_HAVE_TRANSPOSE8
+// A block of n rows (n a multiple of 8: one row per lane of 8- or 16-lane vectors) of cols >= 8
+// contiguous floats into lanes: dst[j·n + l] = src[l·cols + j], 8 rows at a time.
+HWY_INLINE void BlockRowsToLanes(const float* HWY_RESTRICT src, int64_t n, int64_t cols,
+                                 float* HWY_RESTRICT dst) {
+  for (int64_t g = 0; g < n; g += 8) TransposeRowsToLanes8(src + g * cols, cols, cols, dst + g, n);
+}
+
+// The inverse: dst[l·cols + j] = src[j·n + l].
+HWY_INLINE void BlockLanesToRows(const float* HWY_RESTRICT src, int64_t n, int64_t cols,
+                                 float* HWY_RESTRICT dst) {
+  for (int64_t g = 0; g < n; g += 8) TransposeLanesToRows8(src + g, n, cols, dst + g * cols, cols);
+}
+#endif
+
 // Bit j set when p[j] != 0, for n <= 16 bytes: eight bytes at a time without a loop over
 // them (a byte's high bit is set iff it is non-zero, then a multiply gathers the bits).
 HWY_INLINE uint32_t NonZeroByteBits(const uint8_t* p, int64_t n) {

@@ -91,8 +91,9 @@ static void SoftmaxRow(const float* x, float* y, int64_t tk, float scale, const 
 // Blocks of Lanes(d) consecutive rows with tk <= kShortRow, in a transposed layout: lane l
 // holds row rb + l, t[j·N + l] its key j. A short last block repeats its last row in the spare
 // lanes, so every row goes through exactly the same lane operations wherever the slice
-// boundaries fall (and results do not depend on the slice count). On AVX2 whole blocks of 8
-// rows with at least 8 keys move by 8 × 8 register transposes; the rest by gathers.
+// boundaries fall (and results do not depend on the slice count). Where 256-bit vectors exist
+// (AVX2, AVX-512), whole blocks with at least 8 keys move by 8 × 8 register transposes, 8 rows
+// at a time; the rest by gathers.
 class ShortRowBlocks {
  public:
   using D = hn::ScalableTag<float>;
@@ -161,9 +162,9 @@ class ShortRowBlocks {
   // dst[j·N + l] = key j of row rb + l of a [rows, tk] array.
   void load(const float* base, float* HWY_RESTRICT dst) const {
     const float* block = base + rb_ * tk_;
-#if HWY_TARGET == HWY_AVX2
+#if ATTNKIT_HAVE_TRANSPOSE8
     if (Transposable()) {
-      TransposeRowsToLanes8(block, tk_, tk_, dst, N_);
+      BlockRowsToLanes(block, N_, tk_, dst);
       return;
     }
 #endif
@@ -181,16 +182,16 @@ class ShortRowBlocks {
   void store_rows(float* HWY_RESTRICT t, float* out, bool accumulate) const {
     const D d;
     float* ob = out + rb_ * tk_;
-#if HWY_TARGET == HWY_AVX2
+#if ATTNKIT_HAVE_TRANSPOSE8
     if (Transposable()) {
       if (accumulate) {
         HWY_ALIGN float old[kBlockFloats];
-        TransposeRowsToLanes8(ob, tk_, tk_, old, N_);
+        BlockRowsToLanes(ob, N_, tk_, old);
         for (int64_t j = 0; j < tk_; ++j) {
           hn::Store(hn::Add(hn::Load(d, old + j * N_), hn::Load(d, t + j * N_)), d, t + j * N_);
         }
       }
-      TransposeLanesToRows8(t, N_, tk_, ob, tk_);
+      BlockLanesToRows(t, N_, tk_, ob);
       return;
     }
 #endif
@@ -216,10 +217,11 @@ class ShortRowBlocks {
   }
 
  private:
-  // A whole block of 8 rows with at least 8 keys: register transposes instead of gathers.
+  // A whole block (8 or 16 rows) with at least 8 keys: 8 × 8 register transposes instead of
+  // gathers.
   bool Transposable() const {
-#if HWY_TARGET == HWY_AVX2
-    return count_ == 8 && tk_ >= 8;
+#if ATTNKIT_HAVE_TRANSPOSE8
+    return count_ == N_ && N_ % 8 == 0 && tk_ >= 8;
 #else
     return false;
 #endif
