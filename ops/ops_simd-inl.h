@@ -98,6 +98,7 @@ HWY_INLINE hn::Mask<D> LoadFlags(D d, const uint8_t* p, size_t n) {
 
 // x86 targets with 256-bit vectors (AVX2, and AVX-512 through AVX-512VL) transpose 8 × 8
 // blocks in registers, whatever their full vector length; the others copy element by element.
+#undef ATTNKIT_HAVE_TRANSPOSE8  // this file is included once per target
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 #define ATTNKIT_HAVE_TRANSPOSE8 1
 #else
