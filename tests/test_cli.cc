@@ -220,7 +220,7 @@ TEST_CASE("usage errors exit 2 naming the flag, missing files exit 1 with one er
   CHECK(attnkit("--help", dir).code == 0);
 }
 
-TEST_CASE("version: names the SIMD target; ATTNKIT_SIMD_TARGET forces a lower one or is a usage error") {
+TEST_CASE("version names the SIMD target and ATTNKIT_SIMD_TARGET forces a lower one or is a usage error") {
   const fs::path dir = scratch("version");
   const Result best = attnkit("--version", dir);
   REQUIRE(best.code == 0);
