@@ -26,7 +26,8 @@ void ReluForward(const float* x, float* y, int64_t n, Slice s) {
 void ReluBackward(const float* y, const float* dy, float* dx, int64_t n, bool accumulate,
                   Slice s) {
   const DF d;
-  const auto [b, e] = slice_range(n, s);
+  const auto range = slice_range(n, s);
+  const int64_t b = range.first, e = range.second;  // lambdas cannot capture bindings (C++17)
   WithFlag(accumulate, [&](auto kAccumulate) {
     ForEachVector(d, dx, b, e, [&](int64_t j, size_t m) {
       const auto g = hn::IfThenElseZero(hn::Gt(LoadUpTo(d, y + j, m), hn::Zero(d)), LoadUpTo(d, dy + j, m));
@@ -157,7 +158,8 @@ void AddForward(const float* a, const float* b, float* y, int64_t n, Slice s) {
 void Axpy(float alpha, const float* x, float* y, int64_t n, bool accumulate, Slice s) {
   const DF d;
   const auto valpha = hn::Set(d, alpha);
-  const auto [b, e] = slice_range(n, s);
+  const auto range = slice_range(n, s);
+  const int64_t b = range.first, e = range.second;  // lambdas cannot capture bindings (C++17)
   WithFlag(accumulate, [&](auto kAccumulate) {
     ForEachVector(d, y, b, e, [&](int64_t j, size_t m) {
       if constexpr (decltype(kAccumulate)::value) {
