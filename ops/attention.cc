@@ -254,42 +254,38 @@ HWY_INLINE bool UseFull(int64_t len, bool must_divide) {
   return (len + NF - 1) / NF * NF <= (len + N8 - 1) / N8 * N8;
 }
 
+// Calls f(dt, dhd) with the sequence-lane tag chosen for seq_len lanes and the head-dim tag
+// chosen for dh and dvh, and returns true; false, calling nothing, when the short path does
+// not take the dims with those tags.
+template <class F>
+HWY_INLINE bool WithTags(int64_t seq_len, const AttentionDims& m, const F& f) {
+  auto run = [&](auto dt, auto dhd) {
+    if (!Fits(dt, dhd, m)) return false;
+    f(dt, dhd);
+    return true;
+  };
+  const bool full_h = UseFull(m.dh, true) && UseFull(m.dvh, true);
+  if (UseFull(seq_len, false)) return full_h ? run(DF(), DF()) : run(DF(), D8());
+  return full_h ? run(D8(), DF()) : run(D8(), D8());
+}
+
 bool AttentionShortBackward(const float* q, const float* k, const float* v, const float* probs,
                             const float* dy, float* dq, float* dk, float* dv, bool accumulate_q,
                             bool accumulate_k, bool accumulate_v, const AttentionDims& m,
                             const AttentionMasking& mk, int64_t p0, int64_t p1) {
-  const bool full_t = UseFull(m.tq, false);
-  const bool full_h = UseFull(m.dh, true) && UseFull(m.dvh, true);
-  auto run = [&](auto dt, auto dhd) {
-    if (!Fits(dt, dhd, m)) return false;
+  return WithTags(m.tq, m, [&](auto dt, auto dhd) {  // queries are lanes
     ShortBackward(dt, dhd, q, k, v, probs, dy, dq, dk, dv, accumulate_q, accumulate_k, accumulate_v, m, mk, p0, p1);
-    return true;
-  };
-  if (full_t) return full_h ? run(DF(), DF()) : run(DF(), D8());
-  return full_h ? run(D8(), DF()) : run(D8(), D8());
+  });
 }
 
 bool AttentionShortScores(const float* q, const float* k, float* scores, const AttentionDims& m,
                           int64_t p0, int64_t p1) {
-  // The same limits as the values' and backward's, so the forward and backward agree on the path.
-  if (!Fits(DF(), DF(), m) && !Fits(D8(), D8(), m)) return false;
-  if (UseFull(m.tk, false) && Fits(DF(), D8(), m)) {
-    ShortScores(DF(), q, k, scores, m, p0, p1);
-  } else {
-    ShortScores(D8(), q, k, scores, m, p0, p1);
-  }
-  return true;
+  return WithTags(m.tk, m, [&](auto dt, auto) { ShortScores(dt, q, k, scores, m, p0, p1); });  // keys are lanes
 }
 
 bool AttentionShortValues(const float* probs, const float* v, float* y, const AttentionDims& m,
                           int64_t p0, int64_t p1) {
-  if (!Fits(DF(), DF(), m) && !Fits(D8(), D8(), m)) return false;
-  if (UseFull(m.dh, true) && UseFull(m.dvh, true) && Fits(D8(), DF(), m)) {
-    ShortValues(DF(), probs, v, y, m, p0, p1);
-  } else {
-    ShortValues(D8(), probs, v, y, m, p0, p1);
-  }
-  return true;
+  return WithTags(m.tq, m, [&](auto, auto dhd) { ShortValues(dhd, probs, v, y, m, p0, p1); });
 }
 
 }  // namespace HWY_NAMESPACE

@@ -181,20 +181,14 @@ HWY_INLINE VF CombineBias(DF d, VF acc, VF alpha, VF beta, VF old, Combine combi
   return hn::Add(CombineVec(d, acc, alpha, beta, old, combine), bias);
 }
 
-// Stores the first `count` lanes of v. AVX2's masked stores are microcoded and slow on AMD,
-// so there the ragged part goes through a stack buffer; AVX-512 has one fast masked store.
+// Stores the first `count` lanes of v (StoreTail: one masked store on AVX-512, a stack
+// buffer elsewhere).
 HWY_INLINE void StoreFirst(DF d, VF v, size_t count, float* HWY_RESTRICT p) {
   if (count == hn::Lanes(d)) {
     hn::StoreU(v, d, p);
-    return;
+  } else {
+    StoreTail(d, v, p, count);
   }
-  if constexpr (kFastMaskedStore) {
-    hn::BlendedStore(v, hn::FirstN(d, count), d, p);
-    return;
-  }
-  alignas(64) float buf[64 / sizeof(float)];
-  hn::Store(v, d, buf);
-  for (size_t i = 0; i < count; ++i) p[i] = buf[i];
 }
 
 // With kBias, bias holds the bias of the tile's cols columns (ignored otherwise).

@@ -34,29 +34,39 @@ HWY_INLINE void WithFlag(bool flag, const F& f) {
   }
 }
 
-// Loads p[0, n) (n < Lanes(d)) and zeros in the other lanes. Highway 1.0.3's MaskedLoad is
-// a full aligned load on SSSE3/SSE4, which can fault at the end of a buffer, so go through
-// a stack copy instead.
+// AVX-512 stores and loads any subset of lanes with one fast instruction (a mask register);
+// AVX2's vmaskmov is slow on AMD and SSE4 has none, so those targets copy ragged tails through
+// a stack buffer or overlap whole vectors instead.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+inline constexpr bool kFastMaskedStore = true;
+#else
+inline constexpr bool kFastMaskedStore = false;
+#endif
+
+// Loads p[0, n) (n < Lanes(d)) and zeros in the other lanes. AVX-512 masks the load; Highway
+// 1.0.3's MaskedLoad is a full aligned load on SSSE3/SSE4, which can fault at the end of a
+// buffer, so the other targets go through a stack copy.
 template <class D>
 HWY_INLINE hn::Vec<D> LoadTail(D d, const hn::TFromD<D>* p, size_t n) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  return hn::MaskedLoad(hn::FirstN(d, n), d, p);  // fault-free for masked-off lanes
-#endif
-  HWY_ALIGN hn::TFromD<D> buf[hn::MaxLanes(d)] = {};
-  std::memcpy(buf, p, n * sizeof(hn::TFromD<D>));
-  return hn::Load(d, buf);
+  if constexpr (kFastMaskedStore) {
+    return hn::MaskedLoad(hn::FirstN(d, n), d, p);  // fault-free for masked-off lanes
+  } else {
+    HWY_ALIGN hn::TFromD<D> buf[hn::MaxLanes(d)] = {};
+    std::memcpy(buf, p, n * sizeof(hn::TFromD<D>));
+    return hn::Load(d, buf);
+  }
 }
 
 // Stores the first n lanes of v to p[0, n) without touching p[n, ...).
 template <class D>
 HWY_INLINE void StoreTail(D d, hn::Vec<D> v, hn::TFromD<D>* p, size_t n) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  hn::BlendedStore(v, hn::FirstN(d, n), d, p);
-  return;
-#endif
-  HWY_ALIGN hn::TFromD<D> buf[hn::MaxLanes(d)];
-  hn::Store(v, d, buf);
-  std::memcpy(p, buf, n * sizeof(hn::TFromD<D>));
+  if constexpr (kFastMaskedStore) {
+    hn::BlendedStore(v, hn::FirstN(d, n), d, p);
+  } else {
+    HWY_ALIGN hn::TFromD<D> buf[hn::MaxLanes(d)];
+    hn::Store(v, d, buf);
+    std::memcpy(p, buf, n * sizeof(hn::TFromD<D>));
+  }
 }
 
 // A full vector at p if n == Lanes(d), else the zero-padded tail p[0, n).
@@ -103,15 +113,6 @@ HWY_INLINE hn::Mask<D> LoadFlags(D d, const uint8_t* p, size_t n) {
 #define ATTNKIT_HAVE_TRANSPOSE8 1
 #else
 #define ATTNKIT_HAVE_TRANSPOSE8 0
-#endif
-
-// AVX-512 stores and loads any subset of lanes with one fast instruction (a mask register);
-// AVX2's vmaskmov is slow on AMD and SSE4 has none, so those targets copy ragged tails through
-// a stack buffer or overlap whole vectors instead.
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-inline constexpr bool kFastMaskedStore = true;
-#else
-inline constexpr bool kFastMaskedStore = false;
 #endif
 
 #if ATTNKIT_HAVE_TRANSPOSE8
