@@ -119,12 +119,13 @@ HWY_INLINE hn::Mask<D> LoadFlags(D d, const uint8_t* p, size_t n) {
 // 8 × 8 float block transposed in registers: dst[c·ldd + r] = src[r·lds + c]. Gathers are slow
 // on AMD (Zen 3: one 8-lane gather costs about as much as this whole transpose), so blocks of
 // 8 short rows move between row-major and one-row-per-lane layouts through these.
-HWY_INLINE void TransposeBlock8x8(const float* HWY_RESTRICT src, int64_t lds,
-                                  float* HWY_RESTRICT dst, int64_t ldd) {
+using V8 = hn::Vec<hn::Full256<float>>;
+
+// out[c] = lane c of each of the 8 vectors in r (an 8 × 8 transpose in registers).
+HWY_INLINE void Transpose8x8(const V8 (&r)[8], V8 (&out)[8]) {
   const hn::Full256<float> d;
   const hn::Repartition<double, decltype(d)> dd;
-  hn::Vec<decltype(d)> r[8], t[8], u[8];
-  for (int i = 0; i < 8; ++i) r[i] = hn::LoadU(d, src + i * lds);
+  V8 t[8], u[8];
   for (int i = 0; i < 8; i += 2) {
     t[i] = hn::InterleaveLower(d, r[i], r[i + 1]);
     t[i + 1] = hn::InterleaveUpper(d, r[i], r[i + 1]);
@@ -137,9 +138,18 @@ HWY_INLINE void TransposeBlock8x8(const float* HWY_RESTRICT src, int64_t lds,
     }
   }
   for (int c = 0; c < 4; ++c) {
-    hn::StoreU(hn::ConcatLowerLower(d, u[4 + c], u[c]), d, dst + c * ldd);
-    hn::StoreU(hn::ConcatUpperUpper(d, u[4 + c], u[c]), d, dst + (c + 4) * ldd);
+    out[c] = hn::ConcatLowerLower(d, u[4 + c], u[c]);
+    out[c + 4] = hn::ConcatUpperUpper(d, u[4 + c], u[c]);
   }
+}
+
+HWY_INLINE void TransposeBlock8x8(const float* HWY_RESTRICT src, int64_t lds,
+                                  float* HWY_RESTRICT dst, int64_t ldd) {
+  const hn::Full256<float> d;
+  V8 rows[8], cols[8];
+  for (int i = 0; i < 8; ++i) rows[i] = hn::LoadU(d, src + i * lds);
+  Transpose8x8(rows, cols);
+  for (int c = 0; c < 8; ++c) hn::StoreU(cols[c], d, dst + c * ldd);
 }
 
 // 8 rows of cols >= 8 floats (row stride lds) to columns: dst[j·ldd + l] = src[l·lds + j]. A
@@ -175,6 +185,29 @@ HWY_INLINE void BlockRowsToLanes(const float* HWY_RESTRICT src, int64_t n, int64
 // The inverse: dst[l·cols + j] = src[j·n + l].
 HWY_INLINE void BlockLanesToRows(const float* HWY_RESTRICT src, int64_t n, int64_t cols,
                                  float* HWY_RESTRICT dst) {
+#if HWY_TARGET <= HWY_AVX3
+  if (n == 16) {
+    // Whole 16-lane loads split into halves in registers: the block was just written by
+    // 16-lane stores, and 8-lane loads of their upper halves do not forward from them.
+    const hn::Full512<float> d16;
+    const hn::Full256<float> d8;
+    for (int64_t j = 0;; j += 8) {
+      j = j < cols - 8 ? j : cols - 8;
+      V8 lo[8], hi[8], out[8];
+      for (int c = 0; c < 8; ++c) {
+        const auto v = hn::LoadU(d16, src + (j + c) * 16);
+        lo[c] = hn::LowerHalf(d8, v);
+        hi[c] = hn::UpperHalf(d8, v);
+      }
+      Transpose8x8(lo, out);
+      for (int l = 0; l < 8; ++l) hn::StoreU(out[l], d8, dst + l * cols + j);
+      Transpose8x8(hi, out);
+      for (int l = 0; l < 8; ++l) hn::StoreU(out[l], d8, dst + (8 + l) * cols + j);
+      if (j + 8 >= cols) break;
+    }
+    return;
+  }
+#endif
   for (int64_t g = 0; g < n; g += 8) TransposeLanesToRows8(src + g, n, cols, dst + g * cols, cols);
 }
 #endif
