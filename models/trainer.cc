@@ -203,7 +203,11 @@ void Trainer::save(const std::string& path) const {
     throw NumericError("not saving " + path + " after a numeric fault (" + numeric_fault_ + ")");
   // The RNG state saved is the one before the current epoch's shuffle, so a resume redraws the
   // same order and skips batch_in_epoch batches.
-  TrainingState st{adam_->steps(), epoch_, batch_in_epoch_, epoch_rng_state_, config_entries(runner_.config(), options_)};
+  // Saved between steps: after the last batch of an epoch (before the loop moves on) the
+  // position is the start of the next epoch, whose shuffle starts from the RNG's current state.
+  const bool epoch_done = batch_in_epoch_ >= batches_per_epoch();
+  TrainingState st{adam_->steps(), epoch_done ? epoch_ + 1 : epoch_, epoch_done ? 0 : batch_in_epoch_,
+                   epoch_done ? order_rng_.state() : epoch_rng_state_, config_entries(runner_.config(), options_)};
   save_checkpoint(path, runner_.executor(), adam_.get(), st);
 }
 
@@ -325,8 +329,8 @@ void Trainer::take_snapshot() {
   snapshots_.push_back(run_sequence(data_.val.tokens(options_.sample)).attention);
 }
 
-void Trainer::train(const std::function<void(const StepReport&)>& on_step,
-                    const std::function<void(const EpochReport&)>& on_epoch) {
+bool Trainer::train(const std::function<void(const StepReport&)>& on_step,
+                    const std::function<void(const EpochReport&)>& on_epoch, const std::function<bool()>& stop) {
   using Clock = std::chrono::steady_clock;
   const TrainingConfig& t = options_.training;
   const int64_t N = data_.train.size, B = t.batch_size, nb = batches_per_epoch();
@@ -341,7 +345,7 @@ void Trainer::train(const std::function<void(const StepReport&)>& on_step,
     order_rng_.shuffle(perm.data(), N);
     double loss_sum = 0, seconds = 0;
     int64_t steps = 0;
-    for (; batch_in_epoch_ < nb; ++batch_in_epoch_) {
+    while (batch_in_epoch_ < nb) {
       if (wanted(adam_->steps())) take_snapshot();
       const int64_t start = batch_in_epoch_ * B;
       const auto t0 = Clock::now();
@@ -358,7 +362,12 @@ void Trainer::train(const std::function<void(const StepReport&)>& on_step,
       last_loss_ = loss;
       loss_sum += loss;
       ++steps;
+      ++batch_in_epoch_;  // before the callback, so a save() there resumes after this step
       if (on_step) on_step({adam_->steps(), total_steps, epoch_, loss});
+      if (stop && stop()) {
+        train_seconds_ += seconds;
+        return false;
+      }
     }
     batch_in_epoch_ = 0;
     train_seconds_ += seconds;
@@ -371,6 +380,7 @@ void Trainer::train(const std::function<void(const StepReport&)>& on_step,
   }
   epoch_rng_state_ = order_rng_.state();
   if (wanted(adam_->steps())) take_snapshot();
+  return true;
 }
 
 }  // namespace attnkit

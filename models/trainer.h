@@ -98,9 +98,12 @@ class Trainer {
   // Loads parameters, Adam moments and the data position from a checkpoint of the same model.
   void resume(const std::string& checkpoint_path);
 
-  // Trains until options.training.epochs epochs are done. Callbacks may be empty.
-  void train(const std::function<void(const StepReport&)>& on_step = {},
-             const std::function<void(const EpochReport&)>& on_epoch = {});
+  // Trains until options.training.epochs epochs are done (returns true), or until `stop`,
+  // asked after every step, says so (returns false; save() then resumes after that step).
+  // Callbacks may be empty; on_step may call save().
+  bool train(const std::function<void(const StepReport&)>& on_step = {},
+             const std::function<void(const EpochReport&)>& on_epoch = {},
+             const std::function<bool()>& stop = {});
 
   Accuracy evaluate(const Dataset& d, std::vector<int32_t>* predictions = nullptr) {
     return runner_.evaluate(d, predictions);

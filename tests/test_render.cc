@@ -23,6 +23,7 @@
 #include "tools/render/loss_curve.h"
 #include "tools/render/png.h"
 #include "tools/render/render_file.h"
+#include "tools/run_folder.h"
 
 using namespace attnkit;
 using namespace attnkit::render;
@@ -84,10 +85,10 @@ std::string count_svg_elements(const fs::path& svg, const fs::path& dir) {
 }
 
 // The cell rects of a figure, in drawing order (row-major).
-std::vector<Shape> cells_of(const Figure& f) {
-  std::vector<Shape> cells;
-  for (const Shape& s : f.shapes())
-    if (s.kind == Shape::kRect && s.cls == "cell") cells.push_back(s);
+std::vector<render::Shape> cells_of(const Figure& f) {
+  std::vector<render::Shape> cells;
+  for (const render::Shape& s : f.shapes())
+    if (s.kind == render::Shape::kRect && s.cls == "cell") cells.push_back(s);
   return cells;
 }
 
@@ -127,7 +128,7 @@ TEST_CASE("heatmap PNG decodes with the figure's size, a cell has the scale's co
   o.title = "Те же веса тепловой картой";
   o.decimals = 0;  // no text in the cells, so their centre pixels are the pure colour
   const Figure f = heatmap_figure(kAlign, 5, 7, kDst, kSrc, o);
-  const std::vector<Shape> cells = cells_of(f);
+  const std::vector<render::Shape> cells = cells_of(f);
   REQUIRE(cells.size() == 35);
   for (double scale : {1.0, 2.0}) {
     const fs::path png = dir / ("align" + std::to_string(static_cast<int>(scale)) + ".png");
@@ -136,7 +137,7 @@ TEST_CASE("heatmap PNG decodes with the figure's size, a cell has the scale's co
     CHECK(img.width() == static_cast<int>(std::ceil(f.width() * scale)));
     CHECK(img.height() == static_cast<int>(std::ceil(f.height() * scale)));
     for (int k : {1, 9, 17, 25, 33, 0, 4}) {  // "black", "cat", "sat", "on", "mat", and two light cells
-      const Shape& c = cells[static_cast<size_t>(k)];
+      const render::Shape& c = cells[static_cast<size_t>(k)];
       const int x = static_cast<int>((c.x + c.w / 2) * scale), y = static_cast<int>((c.y + c.h / 2) * scale);
       INFO("cell " << k << " weight " << kAlign[k] << " scale " << scale);
       CHECK(img.at(x, y) == colormap(Colormap::kBlues, kAlign[k]));
@@ -157,7 +158,7 @@ TEST_CASE("values in cells follow the lesson's .1f / .2f, zero rounds without a 
   o.decimals = 2;
   const Figure f = heatmap_figure(kAlign, 5, 7, kDst, kSrc, o);
   int values = 0;
-  for (const Shape& s : f.shapes()) values += s.kind == Shape::kText && s.text == "0.94";
+  for (const render::Shape& s : f.shapes()) values += s.kind == render::Shape::kText && s.text == "0.94";
   CHECK(values == 1);
   CHECK_THROWS_WITH(heatmap_figure(kAlign, 5, 7, kSrc, kSrc, o), Catch::Contains("7 row labels for 5 rows"));
 }
@@ -333,6 +334,11 @@ fs::path make_run(const std::string& name, int64_t L, int64_t H, int64_t T, int6
   return dir;
 }
 
+// Draws a run folder's pictures into it, read as `attnkit render RUN` reads it.
+std::vector<std::string> render_folder(const fs::path& dir) {
+  return render_run(cli::run_pictures(cli::read_run_folder(dir.string()), "run"), dir.string());
+}
+
 // src="…" / href="…" attributes that point at the network.
 int network_references(const std::string& html) {
   const std::regex remote(R"((src|href)\s*=\s*["']?\s*(https?:)?//)", std::regex::icase);
@@ -343,7 +349,7 @@ int network_references(const std::string& html) {
 
 TEST_CASE("render_run: a run folder's pictures and a self-contained report", "[render]") {
   const fs::path dir = make_run("run", 2, 2, 6, 80);
-  const std::vector<std::string> written = render_run(dir.string(), dir.string());
+  const std::vector<std::string> written = render_folder(dir);
   CHECK(written == std::vector<std::string>{"attention.png", "links.png", "rollout.png", "snapshots.png", "loss.png",
                                             "report.html"});
   for (const auto& name : written)
@@ -364,7 +370,7 @@ TEST_CASE("render_run: a run folder's pictures and a self-contained report", "[r
   const size_t end = html.find("</script>", data);
   CHECK(html.substr(data, end - data).find("</") == std::string::npos);
 
-  CHECK_THROWS_WITH(render_run(scratch("empty_run").string(), scratch("empty_out").string()),
+  CHECK_THROWS_WITH(render_folder(scratch("empty_run")),
                     Catch::Contains("no attention.npy"));
 }
 
@@ -431,7 +437,7 @@ TEST_CASE("report.html in headless Chromium: script runs clean, heads in the DOM
     return;
   }
   const fs::path dir = make_run("browser_run", 2, 3, 6, 80);
-  render_run(dir.string(), dir.string());
+  render_folder(dir);
   const fs::path shot = dir / "screenshot.png";
   const std::string dom = chromium(dir / "report.html", dir, shot);
   // The page driven as a user would: click a thumbnail, toggle a head, hover a token and a

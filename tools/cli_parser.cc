@@ -70,6 +70,12 @@ CLI::Validator real_in(double lo, double hi) {
       fmt::format("FLOAT in [{:g} - {:g}]", lo, hi), "real_in");
 }
 
+// A path: "" would quietly mean "generated data" (--data) or "the default folder" (--out).
+CLI::Validator path_given() {
+  return CLI::Validator([](std::string& text) -> std::string { return text.empty() ? "expected a path, got ''" : ""; },
+                        "PATH", "path_given");
+}
+
 }  // namespace
 
 const std::vector<std::string>& demo_names() {
@@ -80,13 +86,14 @@ const std::vector<std::string>& demo_names() {
 CLI::App* add_render_subcommand(CLI::App& app, RenderArgs* r) {
   CLI::App* cmd = app.add_subcommand(
       "render", "Draw attention: an .npy of shape [T,T], [Tq,Tk], [H,T,T] or [L,H,T,T] to PNG/SVG/HTML, or a run folder");
-  cmd->add_option("input", r->input, "attention .npy, or a run folder (pictures + report.html)")->required();
-  cmd->add_option("--out", r->out, "FILE.png, FILE.svg or FILE.html (a folder for a run folder; default: the run folder)");
+  cmd->add_option("input", r->input, "attention .npy, or a run folder (pictures + report.html)")->required()->check(path_given());
+  cmd->add_option("--out", r->out, "FILE.png, FILE.svg or FILE.html (a folder for a run folder; default: the run folder)")
+      ->check(path_given());
   cmd->add_option("--tokens", r->tokens, "Key (column) labels, space-separated, e.g. \"the black cat\"; also the "
                                          "query labels of a square map");
   cmd->add_option("--query-tokens", r->query_tokens, "Query (row) labels, when they differ from the keys (cross-attention)");
-  cmd->add_option("--layer", r->layer, "Only this layer (of [L,H,T,T])");
-  cmd->add_option("--head", r->head, "Only this head (of [H,T,T] or [L,H,T,T])");
+  cmd->add_option("--layer", r->layer, "Only this layer (of [L,H,T,T])")->check(integer_in(0, 1000000));
+  cmd->add_option("--head", r->head, "Only this head (of [H,T,T] or [L,H,T,T])")->check(integer_in(0, 1000000));
   cmd->add_option("--view", r->view, "heatmap (default) or links (a BertViz-style link diagram)")
       ->check(CLI::IsMember({"heatmap", "links"}));
   cmd->add_option("--title", r->title, "Title above the picture");
@@ -126,13 +133,19 @@ CommandLine::CommandLine()
   train_cmd->add_flag("--pre-norm", train.pre_norm, "Pre-LayerNorm blocks: h + attn(LN(h))");
   train_cmd->add_option("--train-size", train.train_size, "Generated training sequences")->check(integer_in(1, 100000000));
   train_cmd->add_option("--val-size", train.val_size, "Generated validation sequences")->check(integer_in(1, 100000000));
-  train_cmd->add_option("--data", train.data, "Train on X_train, Y_train, X_val, Y_val from a numpy .npz");
-  train_cmd->add_option("--out", train.out, "Output folder (default runs/TASK, or the resumed folder)");
-  train_cmd->add_option("--resume", train.resume, "Continue from a run folder (or its model.safetensors)");
+  train_cmd->add_option("--data", train.data, "Train on X_train, Y_train, X_val, Y_val from a numpy .npz")
+      ->check(path_given());
+  train_cmd->add_option("--out", train.out, "Output folder (default runs/TASK, or the resumed folder)")
+      ->check(path_given());
+  train_cmd->add_option("--resume", train.resume, "Continue from a run folder (or its model.safetensors)")
+      ->check(path_given());
   train_cmd->add_option("--snapshot-steps", train.snapshot_steps,
                         "Steps at which sample K's attention is saved, e.g. 0,10,20 (reversal: 0,10,20,30,60)");
   train_cmd->add_option("--sample", train.sample, "Validation sequence K whose attention is written (default 0)")
       ->check(integer_in(0, 1000000000));
+  train_cmd->add_option("--save-every", train.save_every,
+                        "Save the run folder (checkpoint and all) every N steps, not only at the end")
+      ->check(integer_in(1, 1000000000));
   train_cmd->add_flag("--quiet", train.quiet, "Print nothing but errors");
   train_cmd->add_flag("--no-pictures", train.no_pictures, "Do not draw the PNG pictures and report.html");
   train_cmd->add_flag("--profile", train.profile,
@@ -141,8 +154,10 @@ CommandLine::CommandLine()
   EvalArgs& eval = a.eval;
   CLI::App* eval_cmd = eval_ =
       app.add_subcommand("eval", "Accuracy of a checkpoint on a fresh validation set (or --data)");
-  eval_cmd->add_option("--checkpoint", eval.checkpoint, "model.safetensors (or its run folder)")->required();
-  eval_cmd->add_option("--data", eval.data, "Evaluate on X_val, Y_val of a numpy .npz");
+  eval_cmd->add_option("--checkpoint", eval.checkpoint, "model.safetensors (or its run folder)")
+      ->required()
+      ->check(path_given());
+  eval_cmd->add_option("--data", eval.data, "Evaluate on X_val, Y_val of a numpy .npz")->check(path_given());
   eval_cmd->add_option("--val-size", eval.val_size, "Fresh sequences (default: the training's val size)")
       ->check(integer_in(1, 100000000));
   eval_cmd->add_option("--seed", eval.seed, "Seed of the fresh set (default: training seed + 1000)")
@@ -151,20 +166,23 @@ CommandLine::CommandLine()
 
   InferArgs& infer = a.infer;
   CLI::App* infer_cmd = infer_ = app.add_subcommand("infer", "Predictions and attention maps of one sequence");
-  infer_cmd->add_option("--checkpoint", infer.checkpoint, "model.safetensors (or its run folder)")->required();
+  infer_cmd->add_option("--checkpoint", infer.checkpoint, "model.safetensors (or its run folder)")
+      ->required()
+      ->check(path_given());
   infer_cmd->add_option("--tokens", infer.tokens, "The sequence, e.g. \"3 1 4 1 5 9 2 6 5 3\"")->required();
-  infer_cmd->add_option("--out", infer.out, "Write attention.npy, meta.json (and rollout.npy) here");
+  infer_cmd->add_option("--out", infer.out, "Write attention.npy, meta.json (and rollout.npy) here")
+      ->check(path_given());
   infer_cmd->add_option("--threads", infer.threads, "Threads (default 1)")->check(integer_in(1, 256));
 
   CLI::App* rollout_cmd = rollout_ = app.add_subcommand("rollout", "Attention rollout of a [layers, heads, T, T] .npy");
-  rollout_cmd->add_option("input", a.rollout_in, "attention.npy [layers, heads, T, T]")->required();
-  rollout_cmd->add_option("--out", a.rollout_out, "Output .npy [T, T]")->required();
+  rollout_cmd->add_option("input", a.rollout_in, "attention.npy [layers, heads, T, T]")->required()->check(path_given());
+  rollout_cmd->add_option("--out", a.rollout_out, "Output .npy [T, T]")->required()->check(path_given());
 
   CLI::App* demo_cmd = demo_ = app.add_subcommand("demo", "Lesson 000's demonstrations");
   demo_cmd->add_option("name", a.demo_name, "lookup, scaling, masks or alignment")
       ->required()
       ->check(CLI::IsMember(demo_names()));
-  demo_cmd->add_option("--out", a.demo_out, "alignment: write the 5×7 weights as .npy");
+  demo_cmd->add_option("--out", a.demo_out, "alignment: write the 5×7 weights as .npy")->check(path_given());
 
   render_ = add_render_subcommand(app, &a.render);
 }

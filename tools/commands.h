@@ -1,6 +1,6 @@
 // The attnkit subcommands, each a function of its parsed arguments. tools/cli_parser.cc parses
 // the command line (CLI11); tools/attnkit.cc runs the command and maps errors to exit codes:
-// UsageError → 2, any other → 1.
+// UsageError → 2, any other → 1; kExitPicturesFailed and 128 + signal are the commands' own.
 #pragma once
 #include <cstdint>
 #include <stdexcept>
@@ -20,12 +20,16 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// `train` and `infer --out` saved everything but the pictures, which could not be drawn or
+// written (metrics.json says "pictures_written": false and why).
+constexpr int kExitPicturesFailed = 3;
+
 // Settings given on the command line; `given` lists the flags the user set explicitly (long
 // names without dashes), so defaults can come from the lesson or from a checkpoint.
 struct TrainArgs {
   std::string task;
   int64_t epochs = 0, batch_size = 0, train_size = 0, val_size = 0;
-  int64_t layers = 0, heads = 0, d_model = 0, mlp = 0, sample = 0;
+  int64_t layers = 0, heads = 0, d_model = 0, mlp = 0, sample = 0, save_every = 0;
   float lr = 0;
   uint64_t seed = 0;
   int threads = 1;

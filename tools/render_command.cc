@@ -8,6 +8,7 @@
 #include "engine/error.h"
 #include "tools/commands.h"
 #include "tools/render/render_file.h"
+#include "tools/run_folder.h"
 
 namespace attnkit::cli {
 namespace fs = std::filesystem;
@@ -24,14 +25,20 @@ int run_render(const RenderArgs& r) {
     o.scale = r.scale;
     o.map = render::colormap_from_name(r.colormap);
     const std::string out = r.out.empty() ? r.input : r.out;
-    const auto written = render::render_run(r.input, out, o);
+    const RunContents contents = read_run_folder(r.input);
+    // The pictures join the folder's other files as one new version of it.
+    RunFolderWriter writer(out, "attnkit render " + r.input);
+    const std::string& staging = writer.begin();
+    std::vector<std::string> written;
+    std::string error;
+    if (!draw_pictures(contents, staging, &written, &error, o)) throw Error("pictures not drawn: " + error);
+    writer.commit(CarryOver::kAll);
     std::string names;
     for (const auto& n : written) names += (names.empty() ? "" : ", ") + n;
     fmt::print("wrote {}/: {}\n", out, names);
     return 0;
   }
   if (r.out.empty()) throw UsageError("--out FILE.png|FILE.svg|FILE.html is required for an .npy input");
-  if (r.layer < -1 || r.head < -1) throw UsageError("--layer and --head must be >= 0");
   render::RenderRequest q;
   q.input = r.input, q.output = r.out;
   q.key_tokens = render::split_tokens(r.tokens);

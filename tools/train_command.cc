@@ -1,8 +1,10 @@
 // attnkit train / eval / infer.
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -17,7 +19,7 @@
 #include "models/trainer.h"
 #include "tools/commands.h"
 #include "tools/render/render_file.h"
-#include "tools/run_files.h"
+#include "tools/run_folder.h"
 
 namespace attnkit::cli {
 namespace fs = std::filesystem;
@@ -93,34 +95,40 @@ class Progress {
   Clock::time_point start_, last_draw_;
 };
 
-// Snapshots of a run being resumed (steps before `before` only).
-void previous_snapshots(const std::string& dir, const ModelConfig& c, int64_t before, std::vector<int64_t>* steps,
-                        std::vector<std::vector<float>>* maps) {
-  if (!fs::exists(fs::path(dir) / "snapshots.npy") || !fs::exists(fs::path(dir) / "meta.json")) return;
-  const nlohmann::json meta = read_json((fs::path(dir) / "meta.json").string());
-  if (!meta.contains("snapshot_steps")) return;
-  const auto old_steps = meta["snapshot_steps"].get<std::vector<int64_t>>();
-  const NpyArray a = read_npy((fs::path(dir) / "snapshots.npy").string());
-  const int64_t per = c.layers * c.heads * c.seq_len * c.seq_len;
-  const std::vector<float> data = to_float32(a, dir + "/snapshots.npy");
-  if (static_cast<int64_t>(data.size()) != per * static_cast<int64_t>(old_steps.size()))
-    throw FileError(dir + "/snapshots.npy: does not match the snapshot steps in meta.json");
-  for (size_t i = 0; i < old_steps.size(); ++i) {
-    if (old_steps[i] >= before) continue;
-    steps->push_back(old_steps[i]);
-    maps->emplace_back(data.begin() + static_cast<int64_t>(i) * per, data.begin() + static_cast<int64_t>(i + 1) * per);
-  }
-}
+// Set by SIGINT/SIGTERM during training: the trainer stops after the current step.
+volatile std::sig_atomic_t g_stop_signal = 0;
 
-// The run's pictures and report.html (tools/render/). The run's files are already written, so a
-// drawing failure is a warning, not a lost training run.
-void add_pictures(const std::string& dir, std::vector<std::string>* written) {
-  try {
-    const std::vector<std::string> names = render::render_run(dir, dir);
-    written->insert(written->end(), names.begin(), names.end());
-  } catch (const Error& e) {
-    std::fprintf(stderr, "warning: pictures not drawn: %s\n", e.what());
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+// Installs the graceful-stop handlers for its lifetime. SA_RESETHAND: a second signal ends the
+// process at once, for a user who does not want to wait for the save.
+class StopSignals {
+ public:
+  StopSignals() {
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
   }
+  ~StopSignals() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+// A flag given on --resume must agree with the checkpoint.
+template <typename T>
+void same_as_checkpoint(const TrainArgs& a, const char* flag, const T& given, const T& stored) {
+  if (!a.has(flag) || given == stored) return;
+  std::ostringstream g, s;
+  g << given, s << stored;
+  throw UsageError(std::string("--") + flag + " " + g.str() + " differs from the checkpoint's " + s.str() +
+                   " (the model, data and optimizer settings come from the checkpoint when resuming)");
 }
 
 }  // namespace
@@ -130,18 +138,33 @@ int run_train(const TrainArgs& a) {
   TrainerOptions options;
   std::string resume_checkpoint, resume_dir;
   if (!a.resume.empty()) {
-    // The model, data and optimizer settings come from the checkpoint; --epochs is the new total.
-    for (const char* flag : {"batch-size", "lr", "seed", "layers", "heads", "d-model", "mlp", "train-size",
-                             "val-size", "causal", "pre-norm", "sample"})
-      if (a.has(flag))
-        throw UsageError(std::string("--") + flag + " cannot be changed when resuming (it comes from the checkpoint)");
+    // The model, data and optimizer settings come from the checkpoint; a flag that repeats the
+    // checkpoint's value is accepted, a different one refused. --epochs is the new total.
     resume_checkpoint = checkpoint_in(a.resume);
     resume_dir = fs::is_directory(a.resume) ? a.resume : fs::path(a.resume).parent_path().string();
+    if (resume_dir.empty()) resume_dir = ".";
     const auto meta = read_checkpoint_metadata(resume_checkpoint);
     config = model_config_from_metadata(meta, resume_checkpoint);
     options = trainer_options_from_metadata(meta, resume_checkpoint);
     if (config.task != a.task)
       throw UsageError("TASK '" + a.task + "' differs from the checkpoint's task '" + config.task + "'");
+    const TrainingConfig& t = options.training;
+    same_as_checkpoint(a, "batch-size", a.batch_size, t.batch_size);
+    same_as_checkpoint(a, "lr", a.lr, t.lr);
+    same_as_checkpoint(a, "seed", a.seed, options.seed);
+    same_as_checkpoint(a, "layers", a.layers, config.layers);
+    same_as_checkpoint(a, "heads", a.heads, config.heads);
+    same_as_checkpoint(a, "d-model", a.d_model, config.d_model);
+    same_as_checkpoint(a, "mlp", a.mlp, config.block_mlp);
+    same_as_checkpoint(a, "sample", a.sample, options.sample);
+    same_as_checkpoint(a, "causal", a.causal, config.causal);
+    same_as_checkpoint(a, "pre-norm", a.pre_norm, config.pre_norm);
+    if (!a.has("data")) {
+      same_as_checkpoint(a, "train-size", a.train_size, t.train_size);
+      same_as_checkpoint(a, "val-size", a.val_size, t.val_size);
+    } else if (a.has("train-size") || a.has("val-size")) {
+      throw UsageError("--train-size and --val-size do not apply with --data (the data sets the sizes)");
+    }
     if (a.has("epochs")) options.training.epochs = a.epochs;
     if (a.has("snapshot-steps")) options.training.snapshot_steps = parse_steps(a.snapshot_steps);
     if (a.has("data")) options.data_path = a.data;
@@ -182,113 +205,165 @@ int run_train(const TrainArgs& a) {
     throw UsageError(fmt::format("--sample {} is outside the validation set ({} sequences)", options.sample,
                                  data.val.size));
 
+  // The run folder is locked from here to the end; nothing in it changes before the first save.
   const std::string out = !a.out.empty() ? a.out : !resume_dir.empty() ? resume_dir : "runs/" + config.task;
-  fs::create_directories(out);
+  RunFolderWriter writer(out, "attnkit train " + config.task);
 
   Trainer trainer(config, options, std::move(data));
-  std::vector<float> losses;
-  std::vector<int64_t> snap_steps;
-  std::vector<std::vector<float>> snaps;
+  std::vector<float> old_losses;
+  std::vector<int64_t> old_snap_steps;
+  std::vector<std::vector<float>> old_snaps;
   if (!resume_checkpoint.empty()) {
     trainer.resume(resume_checkpoint);
-    const fs::path old_csv = fs::path(resume_dir) / "loss.csv";
-    if (fs::exists(old_csv)) {
-      losses = read_loss_csv(old_csv.string());
-      losses.resize(std::min<size_t>(losses.size(), static_cast<size_t>(trainer.step())));
+    const int64_t done = trainer.step(), nb = trainer.batches_per_epoch();
+    if (options.training.epochs * nb < done)
+      throw UsageError(fmt::format("--epochs {}: the checkpoint has already trained {} steps ({:.3g} epochs of {} steps)",
+                                   options.training.epochs, done, static_cast<double>(done) / static_cast<double>(nb), nb));
+    if (fs::exists(fs::path(resume_dir) / "attention.npy")) {
+      const RunContents old = read_run_folder(resume_dir);
+      old_losses = old.losses;
+      old_losses.resize(std::min<size_t>(old_losses.size(), static_cast<size_t>(done)));
+      const int64_t per = config.layers * config.heads * config.seq_len * config.seq_len;
+      if (old.layers * old.heads * old.T * old.T == per)
+        for (size_t i = 0; i < old.snapshot_steps.size(); ++i)
+          if (old.snapshot_steps[i] < done) {
+            old_snap_steps.push_back(old.snapshot_steps[i]);
+            old_snaps.emplace_back(old.snapshots.begin() + static_cast<int64_t>(i) * per,
+                                   old.snapshots.begin() + static_cast<int64_t>(i + 1) * per);
+          }
     }
-    previous_snapshots(resume_dir, config, trainer.step(), &snap_steps, &snaps);
   }
 
   const bool tty = isatty(fileno(stdout)) != 0;
   Progress progress(tty, a.quiet, options.training.epochs);
+  const Executor& ex = trainer.executor();
+
+  // One version of the run folder at the trainer's position: every file, then one commit.
+  // Returns false when the pictures could not be drawn (everything else is saved).
+  std::string pictures_error;
+  auto save_run = [&](const char* state) -> bool {
+    const std::string& dir = writer.begin();
+    const Dataset& val = trainer.data().val;
+    SequenceFiles files;
+    files.task = config.task;
+    files.seed = options.seed;
+    files.step = trainer.step();
+    files.sample = options.sample;
+    files.tokens.assign(val.tokens(options.sample), val.tokens(options.sample) + config.seq_len);
+    files.targets.assign(val.targets(options.sample), val.targets(options.sample) + config.seq_len);
+    files.result = trainer.run_sequence(val.tokens(options.sample));
+    files.snapshot_steps = old_snap_steps;
+    files.snapshots = old_snaps;
+    for (size_t i = 0; i < trainer.snapshot_steps().size(); ++i)
+      if (std::find(files.snapshot_steps.begin(), files.snapshot_steps.end(), trainer.snapshot_steps()[i]) ==
+          files.snapshot_steps.end()) {
+        files.snapshot_steps.push_back(trainer.snapshot_steps()[i]);
+        files.snapshots.push_back(trainer.snapshots()[i]);
+      }
+    RunContents contents = sequence_contents(config, files);
+    contents.losses = old_losses;
+    contents.losses.insert(contents.losses.end(), trainer.losses().begin(), trainer.losses().end());
+    contents.has_losses = true;
+    if (a.profile)
+      contents.profile = "per-node times of the training steps (" + config.task + ", batch " +
+                         std::to_string(options.training.batch_size) + ", " + std::to_string(options.threads) +
+                         " thread(s), " + std::to_string(ex.graph().nodes().size()) +
+                         " nodes): " + ex.profile_report(100000);
+    std::vector<std::string> written = write_run_contents(dir, contents);
+    trainer.save(dir + "/model.safetensors");
+    written.push_back("model.safetensors");
+
+    const Accuracy acc = trainer.evaluate(val);
+    const double seconds = trainer.train_seconds();
+    const int64_t steps_here = static_cast<int64_t>(trainer.losses().size());
+    const auto& losses = contents.losses;
+    contents.metrics = {
+        {"task", config.task},
+        {"state", state},
+        {"seed", options.seed},
+        {"epochs", options.training.epochs},
+        {"steps", trainer.step()},
+        {"total_steps", options.training.epochs * trainer.batches_per_epoch()},
+        {"val_accuracy", acc.value()},
+        {"val_positions", acc.total},
+        {"final_loss", losses.empty() ? nlohmann::json(nullptr) : nlohmann::json(losses.back())},
+        {"train_seconds", seconds},
+        {"steps_per_second", seconds > 0 ? static_cast<double>(steps_here) / seconds : 0.0},
+        {"steps_this_run", steps_here},
+        {"threads", options.threads},
+        {"arena_bytes", ex.plan().arena_bytes},
+        {"arena_lower_bound_bytes", ex.plan().lower_bound_bytes},
+        {"param_count", ex.param_count()},
+        {"batch_size", options.training.batch_size},
+        {"lr", options.training.lr},
+        {"train_size", trainer.data().train.size},
+        {"val_size", val.size},
+        {"data", options.data_path.empty() ? "generated" : options.data_path},
+        {"model", {{"layers", config.layers}, {"heads", config.heads}, {"d_model", config.d_model},
+                   {"T", config.seq_len}, {"vocab", config.vocab}, {"classes", config.classes},
+                   {"positions", config.positions}, {"causal", config.causal}, {"pre_norm", config.pre_norm},
+                   {"block_mlp", config.block_mlp},
+                   {"head", config.head == HeadKind::kMlp ? "mlp" : "layernorm-linear"}}},
+        {"resumed_from", resume_checkpoint.empty() ? nlohmann::json(nullptr) : nlohmann::json(resume_checkpoint)},
+    };
+    bool pictures_ok = true;
+    pictures_error.clear();
+    if (!a.no_pictures) pictures_ok = draw_pictures(contents, dir, &written, &pictures_error);
+    contents.metrics["pictures_written"] = !a.no_pictures && pictures_ok;
+    contents.metrics["pictures_error"] = pictures_ok ? nlohmann::json(nullptr) : nlohmann::json(pictures_error);
+    write_json(dir + "/metrics.json", contents.metrics);
+    written.push_back("metrics.json");
+    writer.commit(CarryOver::kUserFiles);
+    if (!a.quiet && std::string(state) != "in progress") {
+      fmt::print("{}: validation accuracy {:.4f} ({} of {} positions), final loss {:.4f}\n", config.task, acc.value(),
+                 acc.correct, acc.total, losses.empty() ? 0.0f : losses.back());
+      fmt::print("{} steps in {:.2f} s ({:.0f} steps/s, {} thread{}), arena {} bytes (lower bound {})\n", steps_here,
+                 seconds, seconds > 0 ? static_cast<double>(steps_here) / seconds : 0.0, options.threads,
+                 options.threads == 1 ? "" : "s", ex.plan().arena_bytes, ex.plan().lower_bound_bytes);
+      if (a.profile) fmt::print("profile: {}", ex.profile_report(10));
+      std::string names;
+      for (const auto& n : written) names += (names.empty() ? "" : ", ") + n;
+      fmt::print("wrote {}/: {}\n", out, names);
+    }
+    return pictures_ok;
+  };
+
   if (!a.quiet)
     fmt::print("training {}: {} train / {} val sequences, {} epochs of {} steps, batch {}, lr {}, seed {}, {} thread{}\n",
                config.task, trainer.data().train.size, trainer.data().val.size, options.training.epochs,
                trainer.batches_per_epoch(), options.training.batch_size, options.training.lr, options.seed,
                options.threads, options.threads == 1 ? "" : "s");
-  try {
-    trainer.train([&](const StepReport& r) { progress.step(r); }, [&](const EpochReport& r) { progress.epoch(r); });
-  } catch (const NumericError& e) {
-    progress.abort();
-    throw NumericError(std::string(e.what()) + " (files in " + out + " are unchanged)");
-  }
-
-  losses.insert(losses.end(), trainer.losses().begin(), trainer.losses().end());
-  for (size_t i = 0; i < trainer.snapshot_steps().size(); ++i)
-    if (std::find(snap_steps.begin(), snap_steps.end(), trainer.snapshot_steps()[i]) == snap_steps.end()) {
-      snap_steps.push_back(trainer.snapshot_steps()[i]);
-      snaps.push_back(trainer.snapshots()[i]);
+  std::fflush(stdout);
+  bool finished = false;
+  {
+    StopSignals signals;
+    g_stop_signal = 0;
+    try {
+      finished = trainer.train(
+          [&](const StepReport& r) {
+            progress.step(r);
+            if (a.save_every > 0 && r.step % a.save_every == 0 && r.step != r.total_steps && !g_stop_signal)
+              save_run("in progress");
+          },
+          [&](const EpochReport& r) { progress.epoch(r); }, [] { return g_stop_signal != 0; });
+    } catch (const NumericError& e) {
+      progress.abort();
+      throw NumericError(std::string(e.what()) + (writer.commits() > 0 ? " (" + out + " holds the last save)"
+                                                                        : " (files in " + out + " are unchanged)"));
     }
-
-  const Dataset& val = trainer.data().val;
-  const Accuracy acc = trainer.evaluate(val);
-  SequenceFiles files;
-  files.task = config.task;
-  files.seed = options.seed;
-  files.step = trainer.step();
-  files.sample = options.sample;
-  files.tokens.assign(val.tokens(options.sample), val.tokens(options.sample) + config.seq_len);
-  files.targets.assign(val.targets(options.sample), val.targets(options.sample) + config.seq_len);
-  files.result = trainer.run_sequence(val.tokens(options.sample));
-  files.snapshot_steps = snap_steps;
-  files.snapshots = snaps;
-  std::vector<std::string> written = write_sequence_files(out, config, files);
-  write_loss_csv(out + "/loss.csv", losses);
-  trainer.save(out + "/model.safetensors");
-
-  const double seconds = trainer.train_seconds();
-  const int64_t steps_here = static_cast<int64_t>(trainer.losses().size());
-  const double sps = seconds > 0 ? static_cast<double>(steps_here) / seconds : 0.0;
-  const Executor& ex = trainer.executor();
-  nlohmann::json metrics = {
-      {"task", config.task},
-      {"seed", options.seed},
-      {"epochs", options.training.epochs},
-      {"steps", trainer.step()},
-      {"val_accuracy", acc.value()},
-      {"val_positions", acc.total},
-      {"final_loss", losses.empty() ? nlohmann::json(nullptr) : nlohmann::json(losses.back())},
-      {"train_seconds", seconds},
-      {"steps_per_second", sps},
-      {"steps_this_run", steps_here},
-      {"threads", options.threads},
-      {"arena_bytes", ex.plan().arena_bytes},
-      {"arena_lower_bound_bytes", ex.plan().lower_bound_bytes},
-      {"param_count", ex.param_count()},
-      {"batch_size", options.training.batch_size},
-      {"lr", options.training.lr},
-      {"train_size", trainer.data().train.size},
-      {"val_size", val.size},
-      {"data", options.data_path.empty() ? "generated" : options.data_path},
-      {"model", {{"layers", config.layers}, {"heads", config.heads}, {"d_model", config.d_model},
-                 {"T", config.seq_len}, {"vocab", config.vocab}, {"classes", config.classes},
-                 {"positions", config.positions}, {"causal", config.causal}, {"pre_norm", config.pre_norm},
-                 {"block_mlp", config.block_mlp},
-                 {"head", config.head == HeadKind::kMlp ? "mlp" : "layernorm-linear"}}},
-      {"resumed_from", resume_checkpoint.empty() ? nlohmann::json(nullptr) : nlohmann::json(resume_checkpoint)},
-  };
-  write_json(out + "/metrics.json", metrics);
-  written.insert(written.end(), {"loss.csv", "model.safetensors", "metrics.json"});
-  if (a.profile) {
-    const std::string report = "per-node times of the training steps (" + config.task + ", batch " +
-                               std::to_string(options.training.batch_size) + ", " +
-                               std::to_string(options.threads) + " thread(s), " +
-                               std::to_string(ex.graph().nodes().size()) + " nodes): " + ex.profile_report(100000);
-    write_file_atomic(out + "/profile.txt", report.data(), report.size());
-    written.push_back("profile.txt");
   }
-  if (!a.no_pictures) add_pictures(out, &written);
-
-  if (!a.quiet) {
-    fmt::print("{}: validation accuracy {:.4f} ({} of {} positions), final loss {:.4f}\n", config.task, acc.value(),
-               acc.correct, acc.total, losses.empty() ? 0.0f : losses.back());
-    fmt::print("{} steps in {:.2f} s ({:.0f} steps/s, {} thread{}), arena {} bytes (lower bound {})\n", steps_here,
-               seconds, sps, options.threads, options.threads == 1 ? "" : "s", ex.plan().arena_bytes,
-               ex.plan().lower_bound_bytes);
-    if (a.profile) fmt::print("profile: {}", ex.profile_report(10));
-    std::string names;
-    for (const auto& n : written) names += (names.empty() ? "" : ", ") + n;
-    fmt::print("wrote {}/: {}\n", out, names);
+  if (!finished) progress.abort();
+  const bool pictures_ok = save_run(finished ? "finished" : "stopped");
+  if (!finished) {
+    const int sig = g_stop_signal;
+    std::fprintf(stderr, "stopped by %s after step %lld: %s holds this step; continue with --resume %s\n",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", static_cast<long long>(trainer.step()), out.c_str(), out.c_str());
+    return 128 + sig;
+  }
+  if (!pictures_ok) {
+    std::fprintf(stderr, "error: pictures not drawn: %s (everything else is saved in %s)\n", pictures_error.c_str(),
+                 out.c_str());
+    return kExitPicturesFailed;
   }
   return 0;
 }
@@ -383,7 +458,8 @@ int run_infer(const InferArgs& a) {
       fmt::print("layer {} head {}, strongest key per query:{}\n", l, h, s);
     }
   if (!a.out.empty()) {
-    fs::create_directories(a.out);
+    RunFolderWriter writer(a.out, "attnkit infer");
+    const std::string& dir = writer.begin();
     SequenceFiles files;
     files.task = c.task;
     files.seed = m.options.seed;
@@ -391,11 +467,19 @@ int run_infer(const InferArgs& a) {
     files.tokens = tokens;
     files.targets = targets;
     files.result = r;
-    auto written = write_sequence_files(a.out, c, files);
-    add_pictures(a.out, &written);
+    const RunContents contents = sequence_contents(c, files);
+    auto written = write_run_contents(dir, contents);
+    std::string error;
+    const bool pictures_ok = draw_pictures(contents, dir, &written, &error);
+    writer.commit(CarryOver::kUserFiles);
     std::string names;
     for (const auto& n : written) names += (names.empty() ? "" : ", ") + n;
     fmt::print("wrote {}/: {}\n", a.out, names);
+    if (!pictures_ok) {
+      std::fprintf(stderr, "error: pictures not drawn: %s (everything else is saved in %s)\n", error.c_str(),
+                   a.out.c_str());
+      return kExitPicturesFailed;
+    }
   }
   return 0;
 }

@@ -5,6 +5,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "tools/render/attention_array.h"
 #include "tools/render/color.h"
 
 namespace attnkit::render {
@@ -32,11 +35,23 @@ struct RunRenderOptions {
   Colormap map = Colormap::kBlues;
 };
 
-// Reads a run folder written by `attnkit train` / `infer` (attention.npy and meta.json; loss.csv,
-// metrics.json, rollout.npy and snapshots.npy when present) and writes into out_dir:
-// attention.png (layers × heads heatmaps), links.png (link diagrams), rollout.png,
-// snapshots.png, loss.png (each when its data is there) and report.html. Returns the names written.
-std::vector<std::string> render_run(const std::string& run_dir, const std::string& out_dir,
+// A run's data, in memory (tools/run_folder.h reads or builds it): the pictures are drawn from
+// this, never from files read back.
+struct RunPictures {
+  AttentionArray attention;             // [layers, heads, T, T]
+  std::vector<float> rollout;           // [T, T] (empty: none)
+  std::vector<int64_t> snapshot_steps;  // and the maps at those steps, [steps, layers, heads, T, T]
+  std::vector<float> snapshots;
+  std::vector<float> losses;            // one per step (empty: none)
+  nlohmann::json meta;                  // meta.json: task, step, sample, labels, tokens, targets, predictions
+  nlohmann::json metrics;               // metrics.json (an object, possibly empty)
+  std::string task;                     // the title's name when meta has none
+};
+
+// Writes into out_dir: attention.png (layers × heads heatmaps), links.png (link diagrams),
+// rollout.png, snapshots.png, loss.png (each when its data is there) and report.html. Returns the
+// names written. Throws attnkit::Error when a picture cannot be drawn or written.
+std::vector<std::string> render_run(const RunPictures& run, const std::string& out_dir,
                                     const RunRenderOptions& options = {});
 
 // Whitespace-separated tokens of a --tokens argument.

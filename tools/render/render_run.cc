@@ -19,33 +19,6 @@ namespace attnkit::render {
 namespace fs = std::filesystem;
 namespace {
 
-nlohmann::json read_json_file(const fs::path& path) {
-  std::ifstream f(path);
-  if (!f) throw FileError(path.string() + ": cannot open");
-  try {
-    return nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    throw FileError(path.string() + ": not valid JSON (" + e.what() + ")");
-  }
-}
-
-// loss.csv: a "step,loss" header, then one "step,loss" line per step.
-std::vector<float> read_losses(const fs::path& path) {
-  std::ifstream f(path);
-  if (!f) throw FileError(path.string() + ": cannot open");
-  std::string line;
-  std::vector<float> losses;
-  if (!std::getline(f, line) || line.rfind("step,loss", 0) != 0)
-    throw FileError(path.string() + ": line 1 is not 'step,loss'");
-  for (int n = 2; std::getline(f, line); ++n) {
-    if (line.empty()) continue;
-    const size_t comma = line.find(',');
-    if (comma == std::string::npos) throw FileError(path.string() + ": line " + std::to_string(n) + " has no comma");
-    losses.push_back(std::strtof(line.c_str() + comma + 1, nullptr));
-  }
-  return losses;
-}
-
 // A JSON value as text: strings bare, floats with 6 significant digits (0.003, not 0.003000000026).
 std::string text_of(const nlohmann::json& v) {
   if (v.is_string()) return v.get<std::string>();
@@ -80,19 +53,16 @@ std::string head_name(const AttentionArray& a, int64_t l, int64_t h) {
 
 }  // namespace
 
-std::vector<std::string> render_run(const std::string& run_dir, const std::string& out_dir, const RunRenderOptions& o) {
-  const fs::path dir(run_dir), out(out_dir);
-  const fs::path attention_path = dir / "attention.npy";
-  if (!fs::exists(attention_path))
-    throw FileError(run_dir + ": no attention.npy (is this a run folder written by `attnkit train`?)");
-  const AttentionArray a = read_attention(attention_path.string());
-  nlohmann::json meta = fs::exists(dir / "meta.json") ? read_json_file(dir / "meta.json") : nlohmann::json::object();
-  nlohmann::json metrics = fs::exists(dir / "metrics.json") ? read_json_file(dir / "metrics.json") : nlohmann::json::object();
+std::vector<std::string> render_run(const RunPictures& run, const std::string& out_dir, const RunRenderOptions& o) {
+  const fs::path out(out_dir);
+  const AttentionArray& a = run.attention;
+  const nlohmann::json& meta = run.meta.is_object() ? run.meta : nlohmann::json::object();
+  const nlohmann::json& metrics = run.metrics.is_object() ? run.metrics : nlohmann::json::object();
   std::vector<std::string> labels;
   if (meta.contains("labels") && meta["labels"].is_array() && static_cast<int64_t>(meta["labels"].size()) == a.cols &&
       a.rows == a.cols)
     labels = strings(meta["labels"]);
-  const std::string task = str(meta, "task", str(metrics, "task", fs::path(run_dir).filename().string()));
+  const std::string task = str(meta, "task", str(metrics, "task", run.task));
   const std::string step = str(meta, "step", "");
   fs::create_directories(out);
   std::vector<std::string> written;
@@ -125,60 +95,44 @@ std::vector<std::string> render_run(const std::string& run_dir, const std::strin
                 (out / "links.png").string(), o.scale);
     written.push_back("links.png");
   }
-  std::vector<float> rollout;
-  if (fs::exists(dir / "rollout.npy")) {
-    const AttentionArray r = read_attention((dir / "rollout.npy").string());
-    if (r.rank != 2 || r.rows != a.rows || r.cols != a.rows)
-      throw FileError((dir / "rollout.npy").string() + ": expected [T, T] with T = " + std::to_string(a.rows));
-    rollout = r.weights;
+  const std::vector<float>& rollout = run.rollout;
+  if (!rollout.empty()) {
     HeatmapOptions ho;
     ho.map = o.map;
     ho.title = task + ": attention rollout over " + std::to_string(a.layers) + " layers";
     save_figure(heatmap_figure(rollout.data(), a.rows, a.rows, labels, labels, ho), (out / "rollout.png").string(), o.scale);
     written.push_back("rollout.png");
   }
-  std::vector<int64_t> snapshot_steps;
-  std::vector<float> snapshots;
-  if (fs::exists(dir / "snapshots.npy") && meta.contains("snapshot_steps")) {
-    const NpyArray s = read_npy((dir / "snapshots.npy").string());
-    snapshot_steps = meta["snapshot_steps"].get<std::vector<int64_t>>();
-    const std::vector<int64_t> expected = {static_cast<int64_t>(snapshot_steps.size()), a.layers, a.heads, a.rows, a.cols};
-    if (s.shape != expected)
-      throw FileError((dir / "snapshots.npy").string() + ": shape " + shape_string(s.shape) + " does not match " +
-                      shape_string(expected) + " (snapshot_steps in meta.json, attention.npy)");
-    snapshots = to_float32(s, (dir / "snapshots.npy").string());
-    if (!snapshot_steps.empty()) {
-      // Columns = steps, a row per head: the lesson's picture of the pattern forming.
-      const int64_t S = static_cast<int64_t>(snapshot_steps.size()), per = a.layers * a.heads * a.map_size();
-      std::vector<const float*> maps;
-      std::vector<std::string> titles;
-      for (int64_t l = 0; l < a.layers; ++l)
-        for (int64_t h = 0; h < a.heads; ++h)
-          for (int64_t k = 0; k < S; ++k) {
-            maps.push_back(snapshots.data() + k * per + (l * a.heads + h) * a.map_size());
-            titles.push_back((a.layers * a.heads > 1 ? head_name(a, l, h) + ", " : std::string()) + "step " +
-                             std::to_string(snapshot_steps[static_cast<size_t>(k)]));
-          }
-      HeatmapOptions ho;
-      ho.map = o.map;
-      ho.decimals = 0;
-      ho.title = task + ": attention during training";
-      const int64_t cols = a.layers * a.heads > 1 ? S : std::min<int64_t>(S, 8);
-      save_figure(heatmap_grid(maps, titles, cols, a.rows, a.cols, labels, labels, ho), (out / "snapshots.png").string(),
-                  o.scale);
-      written.push_back("snapshots.png");
-    }
+  const std::vector<int64_t>& snapshot_steps = run.snapshot_steps;
+  const std::vector<float>& snapshots = run.snapshots;
+  if (!snapshot_steps.empty()) {
+    // Columns = steps, a row per head: the lesson's picture of the pattern forming.
+    const int64_t S = static_cast<int64_t>(snapshot_steps.size()), per = a.layers * a.heads * a.map_size();
+    std::vector<const float*> maps;
+    std::vector<std::string> titles;
+    for (int64_t l = 0; l < a.layers; ++l)
+      for (int64_t h = 0; h < a.heads; ++h)
+        for (int64_t k = 0; k < S; ++k) {
+          maps.push_back(snapshots.data() + k * per + (l * a.heads + h) * a.map_size());
+          titles.push_back((a.layers * a.heads > 1 ? head_name(a, l, h) + ", " : std::string()) + "step " +
+                           std::to_string(snapshot_steps[static_cast<size_t>(k)]));
+        }
+    HeatmapOptions ho;
+    ho.map = o.map;
+    ho.decimals = 0;
+    ho.title = task + ": attention during training";
+    const int64_t cols = a.layers * a.heads > 1 ? S : std::min<int64_t>(S, 8);
+    save_figure(heatmap_grid(maps, titles, cols, a.rows, a.cols, labels, labels, ho), (out / "snapshots.png").string(),
+                o.scale);
+    written.push_back("snapshots.png");
   }
-  std::vector<float> losses;
-  if (fs::exists(dir / "loss.csv")) {
-    losses = read_losses(dir / "loss.csv");
-    if (!losses.empty()) {
-      LossCurveOptions lo;
-      lo.title = task + ": training loss";
-      for (int64_t s : snapshot_steps) lo.markers.emplace_back(static_cast<double>(s), std::to_string(s));
-      save_figure(loss_curve_figure(losses, lo), (out / "loss.png").string(), o.scale);
-      written.push_back("loss.png");
-    }
+  const std::vector<float>& losses = run.losses;
+  if (!losses.empty()) {
+    LossCurveOptions lo;
+    lo.title = task + ": training loss";
+    for (int64_t s : snapshot_steps) lo.markers.emplace_back(static_cast<double>(s), std::to_string(s));
+    save_figure(loss_curve_figure(losses, lo), (out / "loss.png").string(), o.scale);
+    written.push_back("loss.png");
   }
 
   ReportData d;
