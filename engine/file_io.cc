@@ -42,8 +42,15 @@ void sync_directory(const std::string& path) {
 }  // namespace
 
 std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw FileError(path + ": cannot open: " + errno_text(errno));
+  // O_NONBLOCK: opening a FIFO for reading must not wait for a writer before the check below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw FileError(path + ": cannot open: " + errno_text(errno));
+  std::FILE* f = ::fdopen(fd, "rb");
+  if (!f) {
+    const int err = errno;
+    ::close(fd);
+    throw FileError(path + ": cannot open: " + errno_text(err));
+  }
   struct stat st {};
   if (::fstat(::fileno(f), &st) != 0) {
     int err = errno;

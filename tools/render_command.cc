@@ -31,7 +31,8 @@ int run_render(const RenderArgs& r) {
     const std::string& staging = writer.begin();
     std::vector<std::string> written;
     std::string error;
-    if (!draw_pictures(contents, staging, &written, &error, o)) throw Error("pictures not drawn: " + error);
+    if (!draw_pictures(contents, staging, &written, &error, o))
+      throw Error("pictures not drawn: " + writer.in_folder_terms(error) + " (" + out + " is unchanged)");
     writer.commit(CarryOver::kAll);
     std::string names;
     for (const auto& n : written) names += (names.empty() ? "" : ", ") + n;

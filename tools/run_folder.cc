@@ -402,6 +402,14 @@ const std::string& RunFolderWriter::begin() {
   return staging_;
 }
 
+std::string RunFolderWriter::in_folder_terms(const std::string& message) const {
+  std::string m = message;
+  if (staging_.empty()) return m;
+  for (size_t p = m.find(staging_); p != std::string::npos; p = m.find(staging_, p + dir_.size()))
+    m.replace(p, staging_.size(), dir_);
+  return m;
+}
+
 void RunFolderWriter::commit(CarryOver keep) {
   if (staging_.empty()) throw Error("RunFolderWriter::commit without begin()");
   // The previous version's entries this version keeps.

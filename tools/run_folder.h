@@ -113,6 +113,8 @@ class RunFolderWriter {
   // Swaps the staging folder in; the previous version is removed.
   void commit(CarryOver keep);
   int64_t commits() const { return commits_; }
+  // A message about a file being staged, told with the folder's own name ("runs/x/model.safetensors").
+  std::string in_folder_terms(const std::string& message) const;
 
  private:
   void abandon();

@@ -241,7 +241,7 @@ int run_train(const TrainArgs& a) {
   // One version of the run folder at the trainer's position: every file, then one commit.
   // Returns false when the pictures could not be drawn (everything else is saved).
   std::string pictures_error;
-  auto save_run = [&](const char* state) -> bool {
+  auto save_version = [&](const char* state) -> bool {
     const std::string& dir = writer.begin();
     const Dataset& val = trainer.data().val;
     SequenceFiles files;
@@ -309,6 +309,7 @@ int run_train(const TrainArgs& a) {
     bool pictures_ok = true;
     pictures_error.clear();
     if (!a.no_pictures) pictures_ok = draw_pictures(contents, dir, &written, &pictures_error);
+    pictures_error = writer.in_folder_terms(pictures_error);
     contents.metrics["pictures_written"] = !a.no_pictures && pictures_ok;
     contents.metrics["pictures_error"] = pictures_ok ? nlohmann::json(nullptr) : nlohmann::json(pictures_error);
     write_json(dir + "/metrics.json", contents.metrics);
@@ -326,6 +327,14 @@ int run_train(const TrainArgs& a) {
       fmt::print("wrote {}/: {}\n", out, names);
     }
     return pictures_ok;
+  };
+  auto save_run = [&](const char* state) -> bool {
+    try {
+      return save_version(state);
+    } catch (const FileError& e) {
+      throw FileError(writer.in_folder_terms(e.what()) +
+                      (writer.commits() > 0 ? " (" + out + " holds the previous save)" : " (" + out + " is unchanged)"));
+    }
   };
 
   if (!a.quiet)
@@ -468,9 +477,15 @@ int run_infer(const InferArgs& a) {
     files.targets = targets;
     files.result = r;
     const RunContents contents = sequence_contents(c, files);
-    auto written = write_run_contents(dir, contents);
+    std::vector<std::string> written;
+    try {
+      written = write_run_contents(dir, contents);
+    } catch (const FileError& e) {
+      throw FileError(writer.in_folder_terms(e.what()) + " (" + a.out + " is unchanged)");
+    }
     std::string error;
     const bool pictures_ok = draw_pictures(contents, dir, &written, &error);
+    error = writer.in_folder_terms(error);
     writer.commit(CarryOver::kUserFiles);
     std::string names;
     for (const auto& n : written) names += (names.empty() ? "" : ", ") + n;
