@@ -284,7 +284,7 @@ TEST_CASE("SIGINT mid-training saves the run, exits 130, and --resume finishes i
   }
 }
 
-TEST_CASE("--save-every: the folder between saves is a whole earlier version that resumes") {
+TEST_CASE("save-every: the folder between saves is a whole earlier version that resumes") {
   const fs::path dir = scratch("save_every");
   const fs::path run = dir / "run";
   // Killed after the saves began, the folder holds the last save (a multiple of 40 steps).
@@ -305,7 +305,7 @@ TEST_CASE("--save-every: the folder between saves is a whole earlier version tha
             "short") == 2);  // fewer epochs than done
 }
 
-TEST_CASE("--resume: flags equal to the checkpoint's are accepted, different ones refused, fewer epochs refused") {
+TEST_CASE("resume: flags equal to the checkpoint's are accepted, different ones refused, fewer epochs refused") {
   const fs::path dir = scratch("resume_flags");
   const fs::path r = dir / "run";
   REQUIRE(run_cli({"train", "neighbor-sum", "--epochs", "2", "--seed", "4", "--lr", "0.01", "--quiet", "--no-pictures",
