@@ -32,6 +32,20 @@ ModelConfig lesson_config(const std::string& task) {
   return c;
 }
 
+ModelConfig resize_task(ModelConfig c, int64_t seq_len, int64_t vocab) {
+  if (seq_len > 0) c.seq_len = seq_len;
+  if (vocab > 0) c.vocab = vocab;
+  const std::string sizes = c.task + " at T = " + std::to_string(c.seq_len) + ", V = " + std::to_string(c.vocab);
+  const int64_t min_t = c.task == "neighbor-sum" ? 3 : c.task == "induction" ? 4 : 2;
+  if (c.seq_len < min_t)
+    throw Error(sizes + ": " + c.task + " needs T >= " + std::to_string(min_t));
+  if (c.vocab < 2) throw Error(sizes + ": the vocabulary needs at least 2 tokens");
+  if (c.task == "induction" && c.vocab < c.seq_len)
+    throw Error(sizes + ": induction needs V >= T (each sequence holds distinct tokens and a repeated segment)");
+  c.classes = c.task == "duplicates" ? 2 : c.vocab;
+  return c;
+}
+
 void validate_config(const ModelConfig& c) {
   auto positive = [](int64_t v, const char* name) {
     if (v <= 0) throw Error(std::string("model config: ") + name + " must be positive, got " + std::to_string(v));

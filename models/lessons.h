@@ -47,6 +47,12 @@ struct ModelConfig {
 // attention + MLP (hidden 4D), LayerNorm + Linear head, target = the reversed sequence.
 ModelConfig lesson_config(const std::string& task);
 
+// The task at another sequence length T and vocabulary V (0 keeps the lesson's), within the
+// task's rules: the classes follow V (duplicates keeps its 2 classes), T ≥ 3 for neighbor-sum
+// (two distinct neighbours on the ring), T ≥ 4 and V ≥ T for induction (a repeated segment of
+// distinct tokens), T ≥ 2 and V ≥ 2 for all. Throws Error naming the rule broken.
+ModelConfig resize_task(ModelConfig config, int64_t seq_len, int64_t vocab);
+
 // Checks a configuration (sizes positive, d_model divisible by heads, …); throws Error
 // naming the field.
 void validate_config(const ModelConfig& config);

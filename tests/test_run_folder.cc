@@ -23,71 +23,14 @@
 
 #include "engine/checkpoint.h"
 #include "engine/rng.h"
-#include "file_test_util.h"
+#include "cli_test_util.h"
 
 namespace {
 
-namespace fs = std::filesystem;
-using attnkit::testing::slurp;
+using namespace attnkit::testing;
 using Clock = std::chrono::steady_clock;
 
-fs::path scratch(const std::string& name) {
-  fs::path dir = fs::path(ATTNKIT_BINARY_DIR) / "test_run_folder_tmp" / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-// attnkit started in the background, stdout and stderr into files of `dir`.
-struct Child {
-  pid_t pid = -1;
-  fs::path out, err;
-
-  // fsize_limit > 0: every file the child writes is cut at that many bytes (EFBIG, as on a
-  // full disk) — RLIMIT_FSIZE, with SIGXFSZ ignored so writes fail instead of killing.
-  Child(const std::vector<std::string>& args, const fs::path& dir, const std::string& tag, long fsize_limit = 0)
-      : out(dir / (tag + ".out")), err(dir / (tag + ".err")) {
-    pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(o, 1), ::dup2(e, 2);
-      if (fsize_limit > 0) {
-        ::signal(SIGXFSZ, SIG_IGN);
-        struct rlimit rl {static_cast<rlim_t>(fsize_limit), static_cast<rlim_t>(fsize_limit)};
-        ::setrlimit(RLIMIT_FSIZE, &rl);
-      }
-      ::setenv("OMP_NUM_THREADS", "1", 1);
-      std::vector<char*> argv;
-      std::string cli = ATTNKIT_CLI;
-      argv.push_back(cli.data());
-      std::vector<std::string> copy = args;
-      for (auto& a : copy) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-  }
-  // The exit code, 128 + signal when killed.
-  int wait() {
-    int status = 0;
-    REQUIRE(::waitpid(pid, &status, 0) == pid);
-    pid = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  ~Child() {
-    if (pid > 0) ::kill(pid, SIGKILL), ::waitpid(pid, nullptr, 0);
-  }
-  std::string stderr_text() const { return slurp(err); }
-};
-
-int run_cli(const std::vector<std::string>& args, const fs::path& dir, const std::string& tag, long fsize_limit = 0) {
-  Child c(args, dir, tag, fsize_limit);
-  const int code = c.wait();
-  INFO("attnkit exit " << code << ", stderr: " << c.stderr_text());
-  return code;
-}
+fs::path scratch(const std::string& name) { return cli_scratch("test_run_folder_tmp", name); }
 
 // Every regular file of a folder (hidden ones but the lock file included) and its bytes.
 std::map<std::string, std::string> folder_bytes(const fs::path& dir) {
@@ -97,8 +40,6 @@ std::map<std::string, std::string> folder_bytes(const fs::path& dir) {
       files[e.path().filename().string()] = slurp(e.path());
   return files;
 }
-
-nlohmann::json json_file(const fs::path& p) { return nlohmann::json::parse(slurp(p)); }
 
 // Entries beside the run folder that a writer leaves while it works.
 int staging_folders(const fs::path& parent) {

@@ -124,6 +124,10 @@ CommandLine::CommandLine()
   train_cmd->add_option("--seed", train.seed, "Seed of data, order and initialization (default 0)")
       ->check(integer_in(0, 9223372036854775807LL));
   train_cmd->add_option("--threads", train.threads, "Threads (default 1)")->check(integer_in(1, 256));
+  train_cmd->add_option("--seq-len", train.seq_len, "Sequence length T of the generated task (default: the lesson's)")
+      ->check(integer_in(2, 4096));
+  train_cmd->add_option("--vocab", train.vocab, "Tokens V of the generated task (default: the lesson's)")
+      ->check(integer_in(2, 1 << 20));
   train_cmd->add_option("--layers", train.layers, "Attention layers")->check(integer_in(1, 64));
   train_cmd->add_option("--heads", train.heads, "Heads per layer")->check(integer_in(1, 1024));
   train_cmd->add_option("--d-model", train.d_model, "Model width D")->check(integer_in(1, 65536));

@@ -29,7 +29,7 @@ constexpr int kExitPicturesFailed = 3;
 struct TrainArgs {
   std::string task;
   int64_t epochs = 0, batch_size = 0, train_size = 0, val_size = 0;
-  int64_t layers = 0, heads = 0, d_model = 0, mlp = 0, sample = 0, save_every = 0;
+  int64_t layers = 0, heads = 0, d_model = 0, mlp = 0, sample = 0, save_every = 0, seq_len = 0, vocab = 0;
   float lr = 0;
   uint64_t seed = 0;
   int threads = 1;

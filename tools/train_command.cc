@@ -152,6 +152,8 @@ int run_train(const TrainArgs& a) {
     same_as_checkpoint(a, "batch-size", a.batch_size, t.batch_size);
     same_as_checkpoint(a, "lr", a.lr, t.lr);
     same_as_checkpoint(a, "seed", a.seed, options.seed);
+    same_as_checkpoint(a, "seq-len", a.seq_len, config.seq_len);
+    same_as_checkpoint(a, "vocab", a.vocab, config.vocab);
     same_as_checkpoint(a, "layers", a.layers, config.layers);
     same_as_checkpoint(a, "heads", a.heads, config.heads);
     same_as_checkpoint(a, "d-model", a.d_model, config.d_model);
@@ -170,6 +172,15 @@ int run_train(const TrainArgs& a) {
     if (a.has("data")) options.data_path = a.data;
   } else {
     config = lesson_config(a.task);
+    if (a.has("seq-len") || a.has("vocab")) {
+      if (a.has("data"))
+        throw UsageError("--seq-len and --vocab size generated tasks; with --data the model follows the lesson's sizes");
+      try {
+        config = resize_task(config, a.seq_len, a.vocab);
+      } catch (const Error& e) {
+        throw UsageError(std::string("--seq-len/--vocab: ") + e.what());
+      }
+    }
     options.training = lesson_training(a.task);
     TrainingConfig& t = options.training;
     if (a.has("epochs")) t.epochs = a.epochs;
