@@ -59,6 +59,18 @@ DEFAULT_MODELS = ["neighbor-sum", "duplicates", "reversal"]
 LARGE = {"reversal-large"}
 
 
+def sized(c, task, seq_len, vocab):
+    """The lesson's configuration at another T and V, as `attnkit train --seq-len --vocab`
+    sizes it (models/lessons.cc resize_task: the classes follow V, duplicates keeps 2)."""
+    c = dict(c)
+    if seq_len:
+        c["T"] = seq_len
+    if vocab:
+        c["vocab"] = vocab
+        c["classes"] = 2 if task == "duplicates" else vocab
+    return c
+
+
 def timing(args, task):
     """(seconds, windows) of one measurement of task."""
     if task in LARGE:
@@ -170,7 +182,7 @@ def torch_worker(args):
 
     def targets(task, x):
         if task == "neighbor-sum":
-            return (np.roll(x, 1, axis=1) + np.roll(x, -1, axis=1)) % 10
+            return (np.roll(x, 1, axis=1) + np.roll(x, -1, axis=1)) % c["vocab"]
         if task == "duplicates":
             eq = x[:, :, None] == x[:, None, :]
             return (eq.sum(-1) > 1).astype(np.int64)
@@ -180,7 +192,7 @@ def torch_worker(args):
     rng = np.random.default_rng(12345)
     torch.manual_seed(0)
     for task in args.models:
-        c = LESSONS[task]
+        c = sized(LESSONS[task], task, args.seq_len, args.vocab)
         batch = args.batch or c["batch"]
         model = Lesson(c)
         opt = torch.optim.Adam(model.parameters(), lr=c["lr"])
@@ -236,6 +248,10 @@ def run_torch(args, threads):
            "--large-windows", str(args.large_windows)]
     if args.batch:
         cmd += ["--batch", str(args.batch)]
+    if args.seq_len:
+        cmd += ["--seq-len", str(args.seq_len)]
+    if args.vocab:
+        cmd += ["--vocab", str(args.vocab)]
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
     if p.returncode != 0:
         sys.exit(p.returncode)
@@ -298,6 +314,8 @@ def main():
                          "per-round ratios (PyTorch's speed here drifts by 30%% and more "
                          "between minutes)")
     ap.add_argument("--attnkit-bench", default=None, help="path of bench_train_step")
+    ap.add_argument("--seq-len", type=int, default=0, help=argparse.SUPPRESS)  # bench/token_cost.py
+    ap.add_argument("--vocab", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--worker-threads", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker_threads:
