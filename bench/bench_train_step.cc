@@ -6,7 +6,7 @@
 //                    [--profile=STEPS]
 //                    [Google Benchmark flags, e.g. --benchmark_min_time=0.5]
 //
-// The default models are the three lessons and "reversal-large", issue 4's compute-bound
+// The default models are the three lessons and "reversal-large", the compute-bound
 // configuration (V = 64, T = 128, D = 256, 4 heads, 2 pre-LayerNorm blocks of attention + MLP
 // with hidden 4D, batch 32, Adam lr 1e-3, target = the reversed sequence; ~0.1-0.5 s a step).
 // --batch overrides every model's batch (64 / 64 / 32 / 32). --adaptive=0 turns off the

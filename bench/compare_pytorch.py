@@ -11,7 +11,7 @@ lesson's lr, cross-entropy averaged over all positions, random token batches (wi
 targets) pre-generated and cycled. Steps/s = median over --windows timed windows after
 warm-up; --seconds is the total timed time per (model, threads) measurement.
 
-"reversal-large" is issue 4's compute-bound configuration (not run by default): V = 64,
+"reversal-large" is the compute-bound configuration (not run by default): V = 64,
 T = 128, D = 256, tok+pos Embedding, 2 pre-LayerNorm blocks h = h + attn(LN(h)),
 h = h + MLP(LN(h)) with MLP Linear(256, 1024)-ReLU-Linear(1024, 256), 4 heads, head
 LayerNorm + Linear(256, 64), target = the reversed sequence, batch 32, Adam lr 1e-3. PyTorch

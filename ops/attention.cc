@@ -12,9 +12,8 @@
 // the same sequence of operations for any R, so results do not depend on the blocking.
 // Sequence lanes and head-dim lanes each take the full vector or 8 lanes, whichever pads less
 // (see UseFull), so T = 8 and head sizes of 8, 24, 40 stay on this path on 16-lane AVX-512.
-// (A forward kernel built the same way was tried and dropped: its softmax over padded query
-// lanes and the transposes cost more than the GEMM path's scores and softmax, which vectorizes
-// short rows across all products without padding.)
+// The forward pass keeps the GEMM path: its scores and softmax vectorize short rows across
+// all products without padding, where this layout would pad query lanes and transpose.
 #include "ops/attention.h"
 
 #include <algorithm>

@@ -38,8 +38,8 @@ CLI::Validator integer_in(long long lo, long long hi) {
       fmt::format("INT in [{}, {}]", lo, hi), "integer_in");
 }
 
-// A positive float: --lr 1e50 would become inf and --lr 1e-50 would become 0 in the float
-// the trainer uses, so both are usage errors (found by tests/fuzz/fuzz_cli.cc).
+// A positive float that stays finite and non-zero in the trainer's float: --lr 1e50 (inf) and
+// --lr 1e-50 (0) are usage errors (regression inputs in tests/data/fuzz_cli).
 CLI::Validator positive_float() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
@@ -55,9 +55,8 @@ CLI::Validator positive_float() {
       "POSITIVE", "positive_float");
 }
 
-// A number in [lo, hi]. CLI::Range lets "nan" through (every comparison with NaN is false),
-// so --scale nan reached the renderer (found by tests/fuzz/fuzz_cli.cc). The description is
-// CLI::Range's, so the help text is unchanged.
+// A number in [lo, hi], NaN refused (CLI::Range lets it through: every comparison with NaN is
+// false). The description is CLI::Range's, so the help text reads the same.
 CLI::Validator real_in(double lo, double hi) {
   return CLI::Validator(
       [lo, hi](std::string& text) -> std::string {
