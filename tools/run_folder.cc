@@ -207,6 +207,96 @@ RunContents sequence_contents(const ModelConfig& c, const SequenceFiles& f) {
   return r;
 }
 
+EarlierRun earlier_run(const std::string& dir, const ModelConfig& config, int64_t step) {
+  EarlierRun e;
+  if (!fs::exists(fs::path(dir) / "attention.npy")) return e;
+  const RunContents old = read_run_folder(dir);
+  e.losses = old.losses;
+  e.losses.resize(std::min<size_t>(e.losses.size(), static_cast<size_t>(step)));
+  const int64_t per = config.layers * config.heads * config.seq_len * config.seq_len;
+  if (old.layers * old.heads * old.T * old.T != per) return e;  // maps of another model: not carried
+  for (size_t i = 0; i < old.snapshot_steps.size(); ++i)
+    if (old.snapshot_steps[i] < step) {
+      e.snapshot_steps.push_back(old.snapshot_steps[i]);
+      e.snapshots.emplace_back(old.snapshots.begin() + static_cast<int64_t>(i) * per,
+                               old.snapshots.begin() + static_cast<int64_t>(i + 1) * per);
+    }
+  return e;
+}
+
+RunContents train_contents(Trainer& trainer, const EarlierRun& earlier, const TrainRunInfo& info, Accuracy* accuracy) {
+  const ModelConfig& config = trainer.config();
+  const TrainerOptions& options = trainer.options();
+  const Executor& ex = trainer.executor();
+  const Dataset& val = trainer.data().val;
+  SequenceFiles files;
+  files.task = config.task;
+  files.seed = options.seed;
+  files.step = trainer.step();
+  files.sample = options.sample;
+  files.tokens.assign(val.tokens(options.sample), val.tokens(options.sample) + config.seq_len);
+  files.targets.assign(val.targets(options.sample), val.targets(options.sample) + config.seq_len);
+  files.result = trainer.run_sequence(val.tokens(options.sample));
+  files.snapshot_steps = earlier.snapshot_steps;
+  files.snapshots = earlier.snapshots;
+  for (size_t i = 0; i < trainer.snapshot_steps().size(); ++i)
+    if (std::find(files.snapshot_steps.begin(), files.snapshot_steps.end(), trainer.snapshot_steps()[i]) ==
+        files.snapshot_steps.end()) {
+      files.snapshot_steps.push_back(trainer.snapshot_steps()[i]);
+      files.snapshots.push_back(trainer.snapshots()[i]);
+    }
+  RunContents contents = sequence_contents(config, files);
+  contents.losses = earlier.losses;
+  contents.losses.insert(contents.losses.end(), trainer.losses().begin(), trainer.losses().end());
+  contents.has_losses = true;
+  if (info.profile)
+    contents.profile = "per-node times of the training steps (" + config.task + ", batch " +
+                       std::to_string(options.training.batch_size) + ", " + std::to_string(options.threads) +
+                       " thread(s), " + std::to_string(ex.graph().nodes().size()) +
+                       " nodes): " + ex.profile_report(100000);
+
+  const Accuracy acc = trainer.evaluate(val);
+  if (accuracy) *accuracy = acc;
+  const double seconds = trainer.train_seconds();
+  const int64_t steps_here = static_cast<int64_t>(trainer.losses().size());
+  const auto& losses = contents.losses;
+  contents.metrics = {
+      {"task", config.task},
+      {"state", info.state},
+      {"seed", options.seed},
+      {"epochs", options.training.epochs},
+      {"steps", trainer.step()},
+      {"total_steps", options.training.epochs * trainer.batches_per_epoch()},
+      {"val_accuracy", acc.value()},
+      {"val_positions", acc.total},
+      {"final_loss", losses.empty() ? nlohmann::json(nullptr) : nlohmann::json(losses.back())},
+      {"train_seconds", seconds},
+      {"steps_per_second", seconds > 0 ? static_cast<double>(steps_here) / seconds : 0.0},
+      {"steps_this_run", steps_here},
+      {"threads", options.threads},
+      {"arena_bytes", ex.plan().arena_bytes},
+      {"arena_lower_bound_bytes", ex.plan().lower_bound_bytes},
+      {"param_count", ex.param_count()},
+      {"batch_size", options.training.batch_size},
+      {"lr", options.training.lr},
+      {"train_size", trainer.data().train.size},
+      {"val_size", val.size},
+      {"data", options.data_path.empty() ? "generated" : options.data_path},
+      {"model", {{"layers", config.layers}, {"heads", config.heads}, {"d_model", config.d_model},
+                 {"T", config.seq_len}, {"vocab", config.vocab}, {"classes", config.classes},
+                 {"positions", config.positions}, {"causal", config.causal}, {"pre_norm", config.pre_norm},
+                 {"block_mlp", config.block_mlp},
+                 {"head", config.head == HeadKind::kMlp ? "mlp" : "layernorm-linear"}}},
+      {"resumed_from", info.resumed_from.empty() ? nlohmann::json(nullptr) : nlohmann::json(info.resumed_from)},
+  };
+  return contents;
+}
+
+void set_pictures_outcome(RunContents* contents, bool written, const std::string& error) {
+  contents->metrics["pictures_written"] = written;
+  contents->metrics["pictures_error"] = error.empty() ? nlohmann::json(nullptr) : nlohmann::json(error);
+}
+
 std::vector<std::string> write_run_contents(const std::string& dir, const RunContents& r) {
   const int64_t L = r.layers, H = r.heads, T = r.T;
   std::vector<std::string> written;

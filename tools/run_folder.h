@@ -59,6 +59,28 @@ struct RunContents {
 // The contents that describe one sequence's attention (meta.json, attention, rollout, snapshots).
 RunContents sequence_contents(const ModelConfig& config, const SequenceFiles& files);
 
+// What a resumed run keeps of the folder it continues: the losses and snapshots of the steps
+// before `step` (none when the folder has no attention.npy, e.g. a bare checkpoint).
+struct EarlierRun {
+  std::vector<float> losses;
+  std::vector<int64_t> snapshot_steps;
+  std::vector<std::vector<float>> snapshots;
+};
+EarlierRun earlier_run(const std::string& dir, const ModelConfig& config, int64_t step);
+
+// A training run's folder at the trainer's current position, all but the checkpoint and the
+// pictures: the sample's maps, the earlier run's losses and snapshots followed by this run's,
+// and metrics.json (state: "finished", "stopped" or "in progress"; README "Files"). Evaluates
+// the validation set for the accuracy (*accuracy gets it).
+struct TrainRunInfo {
+  const char* state = "finished";
+  std::string resumed_from;  // the checkpoint, "" for a new run
+  bool profile = false;      // include profile.txt
+};
+RunContents train_contents(Trainer& trainer, const EarlierRun& earlier, const TrainRunInfo& info, Accuracy* accuracy);
+// Records in metrics.json whether the pictures were drawn and, if not, why ("" = not asked).
+void set_pictures_outcome(RunContents* contents, bool written, const std::string& error);
+
 // Writes the contents' files into dir (every write atomic); returns the names written.
 std::vector<std::string> write_run_contents(const std::string& dir, const RunContents& contents);
 

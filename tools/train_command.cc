@@ -221,28 +221,14 @@ int run_train(const TrainArgs& a) {
   RunFolderWriter writer(out, "attnkit train " + config.task);
 
   Trainer trainer(config, options, std::move(data));
-  std::vector<float> old_losses;
-  std::vector<int64_t> old_snap_steps;
-  std::vector<std::vector<float>> old_snaps;
+  EarlierRun earlier;
   if (!resume_checkpoint.empty()) {
     trainer.resume(resume_checkpoint);
     const int64_t done = trainer.step(), nb = trainer.batches_per_epoch();
     if (options.training.epochs * nb < done)
       throw UsageError(fmt::format("--epochs {}: the checkpoint has already trained {} steps ({:.3g} epochs of {} steps)",
                                    options.training.epochs, done, static_cast<double>(done) / static_cast<double>(nb), nb));
-    if (fs::exists(fs::path(resume_dir) / "attention.npy")) {
-      const RunContents old = read_run_folder(resume_dir);
-      old_losses = old.losses;
-      old_losses.resize(std::min<size_t>(old_losses.size(), static_cast<size_t>(done)));
-      const int64_t per = config.layers * config.heads * config.seq_len * config.seq_len;
-      if (old.layers * old.heads * old.T * old.T == per)
-        for (size_t i = 0; i < old.snapshot_steps.size(); ++i)
-          if (old.snapshot_steps[i] < done) {
-            old_snap_steps.push_back(old.snapshot_steps[i]);
-            old_snaps.emplace_back(old.snapshots.begin() + static_cast<int64_t>(i) * per,
-                                   old.snapshots.begin() + static_cast<int64_t>(i + 1) * per);
-          }
-    }
+    earlier = earlier_run(resume_dir, config, done);
   }
 
   const bool tty = isatty(fileno(stdout)) != 0;
@@ -254,75 +240,23 @@ int run_train(const TrainArgs& a) {
   std::string pictures_error;
   auto save_version = [&](const char* state) -> bool {
     const std::string& dir = writer.begin();
-    const Dataset& val = trainer.data().val;
-    SequenceFiles files;
-    files.task = config.task;
-    files.seed = options.seed;
-    files.step = trainer.step();
-    files.sample = options.sample;
-    files.tokens.assign(val.tokens(options.sample), val.tokens(options.sample) + config.seq_len);
-    files.targets.assign(val.targets(options.sample), val.targets(options.sample) + config.seq_len);
-    files.result = trainer.run_sequence(val.tokens(options.sample));
-    files.snapshot_steps = old_snap_steps;
-    files.snapshots = old_snaps;
-    for (size_t i = 0; i < trainer.snapshot_steps().size(); ++i)
-      if (std::find(files.snapshot_steps.begin(), files.snapshot_steps.end(), trainer.snapshot_steps()[i]) ==
-          files.snapshot_steps.end()) {
-        files.snapshot_steps.push_back(trainer.snapshot_steps()[i]);
-        files.snapshots.push_back(trainer.snapshots()[i]);
-      }
-    RunContents contents = sequence_contents(config, files);
-    contents.losses = old_losses;
-    contents.losses.insert(contents.losses.end(), trainer.losses().begin(), trainer.losses().end());
-    contents.has_losses = true;
-    if (a.profile)
-      contents.profile = "per-node times of the training steps (" + config.task + ", batch " +
-                         std::to_string(options.training.batch_size) + ", " + std::to_string(options.threads) +
-                         " thread(s), " + std::to_string(ex.graph().nodes().size()) +
-                         " nodes): " + ex.profile_report(100000);
+    TrainRunInfo info;
+    info.state = state;
+    info.resumed_from = resume_checkpoint;
+    info.profile = a.profile;
+    Accuracy acc;
+    RunContents contents = train_contents(trainer, earlier, info, &acc);
     std::vector<std::string> written = write_run_contents(dir, contents);
     trainer.save(dir + "/model.safetensors");
     written.push_back("model.safetensors");
-
-    const Accuracy acc = trainer.evaluate(val);
     const double seconds = trainer.train_seconds();
     const int64_t steps_here = static_cast<int64_t>(trainer.losses().size());
     const auto& losses = contents.losses;
-    contents.metrics = {
-        {"task", config.task},
-        {"state", state},
-        {"seed", options.seed},
-        {"epochs", options.training.epochs},
-        {"steps", trainer.step()},
-        {"total_steps", options.training.epochs * trainer.batches_per_epoch()},
-        {"val_accuracy", acc.value()},
-        {"val_positions", acc.total},
-        {"final_loss", losses.empty() ? nlohmann::json(nullptr) : nlohmann::json(losses.back())},
-        {"train_seconds", seconds},
-        {"steps_per_second", seconds > 0 ? static_cast<double>(steps_here) / seconds : 0.0},
-        {"steps_this_run", steps_here},
-        {"threads", options.threads},
-        {"arena_bytes", ex.plan().arena_bytes},
-        {"arena_lower_bound_bytes", ex.plan().lower_bound_bytes},
-        {"param_count", ex.param_count()},
-        {"batch_size", options.training.batch_size},
-        {"lr", options.training.lr},
-        {"train_size", trainer.data().train.size},
-        {"val_size", val.size},
-        {"data", options.data_path.empty() ? "generated" : options.data_path},
-        {"model", {{"layers", config.layers}, {"heads", config.heads}, {"d_model", config.d_model},
-                   {"T", config.seq_len}, {"vocab", config.vocab}, {"classes", config.classes},
-                   {"positions", config.positions}, {"causal", config.causal}, {"pre_norm", config.pre_norm},
-                   {"block_mlp", config.block_mlp},
-                   {"head", config.head == HeadKind::kMlp ? "mlp" : "layernorm-linear"}}},
-        {"resumed_from", resume_checkpoint.empty() ? nlohmann::json(nullptr) : nlohmann::json(resume_checkpoint)},
-    };
     bool pictures_ok = true;
     pictures_error.clear();
     if (!a.no_pictures) pictures_ok = draw_pictures(contents, dir, &written, &pictures_error);
     pictures_error = writer.in_folder_terms(pictures_error);
-    contents.metrics["pictures_written"] = !a.no_pictures && pictures_ok;
-    contents.metrics["pictures_error"] = pictures_ok ? nlohmann::json(nullptr) : nlohmann::json(pictures_error);
+    set_pictures_outcome(&contents, !a.no_pictures && pictures_ok, pictures_error);
     write_json(dir + "/metrics.json", contents.metrics);
     written.push_back("metrics.json");
     writer.commit(CarryOver::kUserFiles);
