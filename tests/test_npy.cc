@@ -489,6 +489,45 @@ TEST_CASE("write_file_atomic replaces the file only on success", "[file_io]") {
   CHECK_FALSE(has_temp_files(dir.path));
 }
 
+// A temporary `name.tmp.<pid>` would exceed NAME_MAX (255 bytes) for these names: the writer
+// uses a shortened temporary name, and the cleanup of a killed writer's temporary still works.
+TEST_CASE("write_file_atomic writes files whose names are 250 and 255 bytes long", "[file_io]") {
+  TempDir dir;
+  for (size_t length : {size_t{250}, size_t{255}}) {
+    INFO("name of " << length << " bytes");
+    const std::string path = dir / (std::string(length - 4, 'n') + ".npy");
+    write_file_atomic(path, "old", 3);
+    CHECK(text_of(path) == "old");
+    CHECK_FALSE(has_temp_files(dir.path));
+
+    // A writer that dies mid-write leaves its temporary behind; the next write removes it.
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      try {
+        write_file_atomic(path, [](std::FILE* f) {
+          std::fputs("half", f);
+          std::fflush(f);
+          _exit(0);
+        });
+      } catch (...) {
+      }
+      _exit(1);
+    }
+    int status = 0;
+    REQUIRE(waitpid(child, &status, 0) == child);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK(has_temp_files(dir.path));
+    CHECK(text_of(path) == "old");
+
+    write_file_atomic(path, "new", 3);
+    CHECK(text_of(path) == "new");
+    CHECK_FALSE(has_temp_files(dir.path));
+    std::filesystem::remove(path);
+  }
+}
+
 TEST_CASE("write_file_atomic reports a full disk and keeps the old file", "[file_io]") {
   int full = ::open("/dev/full", O_WRONLY);
   if (full < 0) {
