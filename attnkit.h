@@ -19,6 +19,7 @@
 #include "engine/graph.h"
 #include "engine/modules.h"
 #include "engine/npy.h"
+#include "engine/npz.h"
 #include "engine/optimizer.h"
 #include "engine/planner.h"
 #include "engine/rng.h"

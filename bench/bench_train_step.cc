@@ -34,6 +34,7 @@
 #include "../engine/executor.h"
 #include "../engine/optimizer.h"
 #include "../models/lessons.h"
+#include "../tools/passive_openmp.h"
 #include "simd_context.h"
 
 namespace {
@@ -205,7 +206,7 @@ int main(int argc, char** argv) {
       ++i;
     }
   }
-  // Idle OpenMP workers sleep between runs, as in the attnkit program (see executor.h).
+  // Idle OpenMP workers sleep between runs, as in the attnkit program (see tools/passive_openmp.h).
   if (!thread_counts.empty())
     prefer_passive_openmp(*std::max_element(thread_counts.begin(), thread_counts.end()), original_argv.data());
   for (const auto& task : models) {

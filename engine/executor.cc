@@ -1,13 +1,11 @@
+// The executor: memory blocks, barrier planning, input checks and the parallel run of the
+// nodes. Its adaptive thread use is engine/thread_probe.cc, its per-node profiling
+// engine/profile.cc.
 #include "engine/executor.h"
 
 #include <omp.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
-
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "engine/barrier.h"
@@ -199,38 +197,6 @@ void Executor::forward() {
   run_nodes(0, graph_.forward_nodes(), nullptr, threads_in_use());
 }
 
-int Executor::threads_for_training_step() {
-  if (threads_ == 1 || !adaptive_) return threads_;
-  if (probe_runs_left_ > 0) return ProbeParallel(kProbeRuns - probe_runs_left_) ? threads_ : 1;
-  if (--runs_until_probe_ <= 0) {  // start a probe
-    probe_runs_left_ = kProbeRuns;
-    best_parallel_ = best_serial_ = 0;
-    return threads_;
-  }
-  return threads_in_use();
-}
-
-void Executor::record_training_step(int threads, double seconds) {
-  if (probe_runs_left_ <= 0) return;
-  const int k = kProbeRuns - probe_runs_left_;  // this run's place in the probe
-  // Sums, not minima: on a busy machine parallel runs vary most, and the best of a few
-  // would favour them; the mean is what a long run will see. The first run of each block
-  // is not counted: it finds the data in the other core's caches (a small model's whole
-  // arena fits in L2), which made runs that alternated one by one, as probes did before,
-  // look alike when blocks of either kind were 10-30% apart.
-  if (k % kProbeBlock != 0) (threads == 1 ? best_serial_ : best_parallel_) += seconds;
-  // After each parallel + serial pair of blocks, parallel runs clearly slower end the
-  // probe: on a machine busy with other work a parallel step of a small model can take
-  // several times a serial one (a barrier waits for a descheduled thread).
-  const bool pair_done = (k + 1) % (2 * kProbeBlock) == 0;
-  if (--probe_runs_left_ > 0 && !(pair_done && best_parallel_ > 1.25 * best_serial_)) return;
-  probe_runs_left_ = 0;
-  const bool parallel = best_parallel_ < 0.95 * best_serial_;
-  probe_interval_ = parallel == parallel_ ? std::min<int64_t>(probe_interval_ * 2, 8192) : 64;
-  parallel_ = parallel;
-  runs_until_probe_ = probe_interval_;
-}
-
 void Executor::train_step(Adam* optimizer) {
   if (!graph_.has_backward()) throw Error("executor: train_step needs a graph with backward()");
   if (optimizer && optimizer->size() != graph_.param_count())
@@ -295,70 +261,6 @@ void Executor::run_nodes(size_t begin, size_t end, Adam* optimizer, int threads)
       body(Slice{0, 1});
     }
   }
-}
-
-void Executor::set_profiling(bool on, bool keep_record) {
-  profiling_ = on;
-  if (!on || (keep_record && !node_seconds_.empty())) return;
-  profiled_runs_ = 0;
-  node_seconds_.assign(graph_.nodes().size() + 1, 0.0);
-}
-
-std::vector<Executor::NodeTime> Executor::node_times() const {
-  std::vector<NodeTime> out;
-  const auto& nodes = graph_.nodes();
-  for (size_t i = 0; i < node_seconds_.size(); ++i) {
-    NodeTime t;
-    t.node = i;
-    t.seconds = node_seconds_[i];
-    if (i == nodes.size()) {
-      t.what = "adam (all parameters)";
-    } else {
-      const Node& n = nodes[i];
-      // "linear_backward [64, 10, 32] <- [64, 10, 32] [32, 128] [64, 10, 128]  'grad(tok.weight…'"
-      t.what = op_def(n.op).name;
-      std::string name;
-      for (TensorId o : n.out)
-        if (o != kNoTensor) {
-          t.what += " " + graph_.tensor(o).shape.str();
-          name = graph_.tensor(o).name;
-          break;
-        }
-      t.what += " <-";
-      for (TensorId in : n.in)
-        if (in != kNoTensor) t.what += " " + graph_.tensor(in).shape.str();
-      if (name.size() > 48) name = name.substr(0, 45) + "...";
-      if (!name.empty()) t.what += "  '" + name + "'";
-    }
-    out.push_back(std::move(t));
-  }
-  return out;
-}
-
-std::string Executor::profile_report(size_t max_lines) const {
-  std::vector<NodeTime> times = node_times();
-  double total = 0;
-  for (const NodeTime& t : times) total += t.seconds;
-  std::stable_sort(times.begin(), times.end(),
-                   [](const NodeTime& a, const NodeTime& b) { return a.seconds > b.seconds; });
-  const double runs = profiled_runs_ > 0 ? static_cast<double>(profiled_runs_) : 1.0;
-  std::string out;
-  char line[96];
-  std::snprintf(line, sizeof line, "%d runs, %.1f us per run; slowest nodes:\n", static_cast<int>(profiled_runs_),
-                total / runs * 1e6);
-  out += line;
-  for (size_t i = 0; i < times.size() && i < max_lines; ++i) {
-    std::snprintf(line, sizeof line, "%5.1f%% %9.1f us  #%-4zu ", total > 0 ? 100.0 * times[i].seconds / total : 0.0,
-                  times[i].seconds / runs * 1e6, times[i].node);
-    out += line + times[i].what + "\n";
-  }
-  return out;
-}
-
-void prefer_passive_openmp(int threads, char* const* argv) {
-  if (threads <= 1 || std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  ::execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
 }
 
 }  // namespace attnkit

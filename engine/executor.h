@@ -1,6 +1,7 @@
 // Runs a planned graph: owns the arena and the flat parameter, gradient and input blocks,
 // and runs the nodes in one OpenMP parallel region per run, a barrier between nodes, each
-// kernel given its (thread, thread count) slice.
+// kernel given its (thread, thread count) slice. Defined in engine/executor.cc, the adaptive
+// thread use in engine/thread_probe.cc, the per-node profiling in engine/profile.cc.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -136,12 +137,5 @@ class Executor final : public RunContext {
   int64_t profiled_runs_ = 0;
   std::vector<double> node_seconds_;  // nodes().size() + 1 entries
 };
-
-// For programs: with threads > 1 and no OMP_WAIT_POLICY of the user's, sets it to PASSIVE and
-// starts the program again with the same argv (libgomp reads it only when it loads), so idle
-// OpenMP workers sleep rather than spin on a core another thread needs — on a machine whose
-// cores are shared, spinning made 2 threads slower than 1, and made one thread slower while
-// the workers spun. Returns when there is nothing to do (or the restart failed).
-void prefer_passive_openmp(int threads, char* const* argv);
 
 }  // namespace attnkit

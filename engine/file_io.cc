@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "engine/error.h"
@@ -37,6 +39,27 @@ void sync_directory(const std::string& path) {
   if (rc != 0 && err != EINVAL)
     throw FileError(path + ": written, but syncing directory " + dir + " failed: " +
                     errno_text(err));
+}
+
+std::string base_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// The temporary files of `path` are named <prefix><pid>: `base.tmp.` when that name fits
+// NAME_MAX with room for any pid (10 digits), else the base's first bytes, `~`, a 64-bit
+// FNV-1a hash of the whole base in hex and `.tmp.`, which fits too. The same path always gets
+// the same prefix, so the stale-temporary cleanup finds the files either form left behind.
+std::string temporary_prefix(const std::string& path) {
+  constexpr size_t kPidDigits = 10, kTmpLen = 5;  // ".tmp."
+  const std::string base = base_name(path);
+  if (base.size() + kTmpLen + kPidDigits <= NAME_MAX) return base + ".tmp.";
+  uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : base) hash = (hash ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+  const size_t keep = NAME_MAX - kPidDigits - kTmpLen - 16 - 1;
+  return base.substr(0, keep) + "~" + hex + ".tmp.";
 }
 
 }  // namespace
@@ -84,12 +107,12 @@ void write_bytes(std::FILE* f, const void* data, size_t size, const std::string&
     throw FileError(path + ": write failed: " + errno_text(errno));
 }
 
-// Removes `path.tmp.<pid>` files left by processes that died mid-write (killed, power cut):
-// only those whose pid is no longer running, so a concurrent writer's file is left alone.
+// Removes the temporary files of `path` (see temporary_prefix) left by processes that died
+// mid-write (killed, power cut): only those whose pid is no longer running, so a concurrent
+// writer's file is left alone.
 void remove_stale_temporaries(const std::string& path) {
   const std::string dir = directory_of(path);
-  const size_t slash = path.find_last_of('/');
-  const std::string prefix = (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp.";
+  const std::string prefix = temporary_prefix(path);
   DIR* d = ::opendir(dir.c_str());
   if (!d) return;
   while (const dirent* e = ::readdir(d)) {
@@ -106,7 +129,8 @@ void remove_stale_temporaries(const std::string& path) {
 
 void write_file_atomic(const std::string& path, const std::function<void(std::FILE*)>& write) {
   remove_stale_temporaries(path);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const std::string tmp = path.substr(0, path.size() - base_name(path).size()) +
+                          temporary_prefix(path) + std::to_string(::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) throw FileError(path + ": cannot create " + tmp + ": " + errno_text(errno));
   errno = 0;

@@ -12,13 +12,14 @@ namespace attnkit {
 // larger than max_bytes (default 16 GiB), so a wrong path cannot exhaust memory.
 std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes = 1ull << 34);
 
-// Replaces `path` atomically: `write` fills `path.tmp.<pid>` in the same directory, which is
-// then flushed, fsync'ed and renamed over `path`, and the directory is fsync'ed. On any failure
-// (the callback throws, a write fails, e.g. disk full) the temporary file is removed, `path` is
-// left as it was, and a FileError naming `path` is thrown (an exception from the callback is
-// passed on unchanged). The callback may ignore fwrite's result: stream errors are checked here.
-// Temporary files `path.tmp.<pid>` of processes no longer running (killed mid-write) are
-// removed first.
+// Replaces `path` atomically: `write` fills a temporary file `path.tmp.<pid>` in the same
+// directory (when that name would exceed NAME_MAX, a shortened name with a hash of the file
+// name, still holding ".tmp.<pid>"), which is then flushed, fsync'ed and renamed over `path`,
+// and the directory is fsync'ed. On any failure (the callback throws, a write fails, e.g. disk
+// full) the temporary file is removed, `path` is left as it was, and a FileError naming `path`
+// is thrown (an exception from the callback is passed on unchanged). The callback may ignore
+// fwrite's result: stream errors are checked here. Temporary files of `path` left by processes
+// no longer running (killed mid-write) are removed first.
 void write_file_atomic(const std::string& path, const std::function<void(std::FILE*)>& write);
 
 // Same, for bytes already in memory.

@@ -1,9 +1,8 @@
-// NumPy .npy and .npz files: read what numpy writes, write what numpy reads.
-// Every malformed input is a FileError naming the file (and the zip entry) and what was wrong;
+// NumPy .npy files: read what numpy writes, write what numpy reads (.npz archives of them:
+// engine/npz.h). Every malformed input is a FileError naming the file and what was wrong;
 // sizes are checked against the bytes actually present before anything large is allocated.
 #pragma once
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -25,7 +24,7 @@ struct NpyArray {
 // Converters; `what` names the array in error messages (e.g. "case.npz: 'targets'").
 // to_float32/to_float64 accept floats, integers and bools; to_int32/to_int64 accept integers
 // and bools and throw FileError if a value does not fit; to_string accepts one 'S' element and
-// drops trailing NULs, as numpy does.
+// drops trailing NULs, as numpy does. Memory that cannot be had for the result is a FileError.
 std::vector<float> to_float32(const NpyArray& a, const std::string& what);
 std::vector<double> to_float64(const NpyArray& a, const std::string& what);
 std::vector<int32_t> to_int32(const NpyArray& a, const std::string& what);
@@ -42,6 +41,9 @@ NpyArray make_npy(const uint8_t* data, const std::vector<int64_t>& shape);
 // Parses a whole .npy image (versions 1.0, 2.0, 3.0); `what` names it in errors.
 // Bytes after the data are ignored, as numpy does.
 NpyArray parse_npy(const uint8_t* data, size_t size, const std::string& what);
+// The same for an image in a buffer of its own, which becomes the array's bytes (the header
+// is erased from its front): no second copy of the data.
+NpyArray parse_npy(std::vector<uint8_t>&& image, const std::string& what);
 NpyArray read_npy(const std::string& path);
 
 // The .npy image numpy's np.save would write for this array: version 1.0 (2.0 if the header
@@ -53,16 +55,5 @@ void write_npy(const std::string& path, const NpyArray& a);
 void write_npy(const std::string& path, const float* data, const std::vector<int64_t>& shape);
 void write_npy(const std::string& path, const int32_t* data, const std::vector<int64_t>& shape);
 void write_npy(const std::string& path, const int64_t* data, const std::vector<int64_t>& shape);
-
-// Reads every "NAME.npy" entry of a zip written by np.savez (stored) or np.savez_compressed
-// (deflated), zip64 records included; keys are NAME. Entries that are not .npy files,
-// encrypted, split over disks or compressed otherwise are rejected.
-std::map<std::string, NpyArray> read_npz(const std::string& path);
-// The same for an archive image in memory; `what` names it in errors.
-std::map<std::string, NpyArray> parse_npz(const uint8_t* data, size_t size, const std::string& what);
-
-// Writes a zip of "NAME.npy" entries, stored (method 0), readable by np.load. Atomic.
-// Throws FileError if the archive would need zip64 (an entry or the total above 4 GiB).
-void write_npz(const std::string& path, const std::map<std::string, NpyArray>& arrays);
 
 }  // namespace attnkit

@@ -5,6 +5,7 @@
 
 #include "engine/error.h"
 #include "engine/npy.h"
+#include "engine/npz.h"
 
 namespace attnkit {
 namespace {

@@ -8,6 +8,7 @@
 #include "engine/executor.h"
 #include "engine/modules.h"
 #include "engine/npy.h"
+#include "engine/npz.h"
 #include "engine/rng.h"
 
 namespace attnkit {

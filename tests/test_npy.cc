@@ -1,9 +1,13 @@
-// .npy/.npz reading and writing (engine/npy.h) and the file primitives under them
+// .npy/.npz reading and writing (engine/npy.h, engine/npz.h) and the file primitives under them
 // (engine/file_io.h). Fixtures: tests/data/malformed (see make_malformed.py there) and the
 // PyTorch reference cases in tests/data/pytorch.
 #include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -15,6 +19,16 @@
 #include "file_test_util.h"
 #include "engine/file_io.h"
 #include "engine/npy.h"
+#include "engine/npz.h"
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ATTNKIT_TEST_HAS_ASAN 1
+#endif
+#endif
+#ifndef ATTNKIT_TEST_HAS_ASAN
+#define ATTNKIT_TEST_HAS_ASAN 0
+#endif
 
 namespace fs = std::filesystem;
 using namespace attnkit;
@@ -283,6 +297,131 @@ MALFORMED(read_npz, "npz_unsupported_method.npz", "compression method 12 is not 
 MALFORMED(read_npz, "npz_not_npy_entry.npz", "entry 'notes.txt' is not a .npy file")
 MALFORMED(read_npz, "npz_truncated_member.npz", "entry 'a.npy': data truncated")
 
+// A small np.savez_compressed-style archive whose one entry, X_train.npy, honestly inflates to
+// 10^8 sequences of 2 int8 tokens (200 MB from about 200 KB): the npy header, then zeros.
+namespace {
+constexpr int64_t kHugeSequences = 100000000, kHugeSeqLen = 2;
+constexpr uint64_t kHugeHeader = 128;  // 10-byte preamble + padded header
+constexpr uint64_t kHugeEntryBytes = kHugeHeader + kHugeSequences * kHugeSeqLen;
+
+void write_huge_npz(const std::string& path) {
+  std::string header = "{'descr': '|i1', 'fortran_order': False, 'shape': (" +
+                       std::to_string(kHugeSequences) + ", " + std::to_string(kHugeSeqLen) + "), }";
+  header.append(64 - (10 + header.size() + 1) % 64, ' ');
+  header += '\n';
+  std::vector<uint8_t> head = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
+                               static_cast<uint8_t>(header.size() & 0xff),
+                               static_cast<uint8_t>(header.size() >> 8)};
+  head.insert(head.end(), header.begin(), header.end());
+  REQUIRE(head.size() == kHugeHeader);
+
+  // Raw deflate (as zip stores it) of the header and the zeros, fed in 1 MB pieces.
+  z_stream zs{};
+  REQUIRE(deflateInit2(&zs, 9, Z_DEFLATED, -15, 9, Z_DEFAULT_STRATEGY) == Z_OK);
+  std::vector<uint8_t> compressed, out(1 << 20);
+  uLong crc = crc32(0, nullptr, 0);
+  const std::vector<uint8_t> zeros(1 << 20, 0);
+  auto feed = [&](const uint8_t* p, size_t n, int flush) {
+    crc = crc32(crc, p, static_cast<uInt>(n));
+    zs.next_in = const_cast<Bytef*>(p);
+    zs.avail_in = static_cast<uInt>(n);
+    int rc;
+    do {
+      zs.next_out = out.data();
+      zs.avail_out = static_cast<uInt>(out.size());
+      rc = deflate(&zs, flush);
+      REQUIRE(rc != Z_STREAM_ERROR);
+      compressed.insert(compressed.end(), out.data(), out.data() + (out.size() - zs.avail_out));
+    } while (zs.avail_out == 0 || (flush == Z_FINISH && rc != Z_STREAM_END));
+  };
+  feed(head.data(), head.size(), Z_NO_FLUSH);
+  for (uint64_t left = kHugeEntryBytes - kHugeHeader; left > 0;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(left, zeros.size()));
+    left -= n;
+    feed(zeros.data(), n, left == 0 ? Z_FINISH : Z_NO_FLUSH);
+  }
+  deflateEnd(&zs);
+
+  auto put16 = [](std::vector<uint8_t>& b, uint32_t v) { b.push_back(v & 0xff); b.push_back((v >> 8) & 0xff); };
+  auto put32 = [&](std::vector<uint8_t>& b, uint32_t v) { put16(b, v & 0xffff); put16(b, v >> 16); };
+  const std::string name = "X_train.npy";
+  std::vector<uint8_t> common;  // version 2.0, no flags, deflate, time, date, crc, sizes, name, extra
+  put16(common, 20); put16(common, 0); put16(common, 8); put16(common, 0); put16(common, 0x21);
+  put32(common, static_cast<uint32_t>(crc)); put32(common, static_cast<uint32_t>(compressed.size()));
+  put32(common, static_cast<uint32_t>(kHugeEntryBytes));
+  put16(common, static_cast<uint32_t>(name.size())); put16(common, 0);
+  std::vector<uint8_t> zip;
+  put32(zip, 0x04034b50);
+  zip.insert(zip.end(), common.begin(), common.end());
+  zip.insert(zip.end(), name.begin(), name.end());
+  zip.insert(zip.end(), compressed.begin(), compressed.end());
+  const uint32_t central_at = static_cast<uint32_t>(zip.size());
+  put32(zip, 0x02014b50); put16(zip, 0x0314);
+  zip.insert(zip.end(), common.begin(), common.end());
+  put16(zip, 0); put16(zip, 0); put16(zip, 0); put32(zip, 0644u << 16); put32(zip, 0);
+  zip.insert(zip.end(), name.begin(), name.end());
+  const uint32_t central_size = static_cast<uint32_t>(zip.size()) - central_at;
+  put32(zip, 0x06054b50); put16(zip, 0); put16(zip, 0); put16(zip, 1); put16(zip, 1);
+  put32(zip, central_size); put32(zip, central_at); put16(zip, 0);
+  write_file_atomic(path, zip.data(), zip.size());
+}
+}  // namespace
+
+TEST_CASE("an .npz entry needing more memory than the process can have is a FileError naming it",
+          "[npz]") {
+  TempDir dir;
+  const std::string path = dir / "huge.npz";
+  write_huge_npz(path);
+  CHECK(fs::file_size(path) < 1000000);
+  const std::string want = std::to_string(kHugeEntryBytes);
+#if defined(__SANITIZE_ADDRESS__) || ATTNKIT_TEST_HAS_ASAN
+  WARN("skipped under AddressSanitizer: the child's RLIMIT_DATA would starve its allocator");
+#else
+  // A child limited to 128 MB of data memory reads the 200 MB entry; it reports the message.
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(fds[0]);
+    struct rlimit r;
+    getrlimit(RLIMIT_DATA, &r);
+    r.rlim_cur = 128ull << 20;
+    std::string message = "no error";
+    int code = 2;
+    if (setrlimit(RLIMIT_DATA, &r) != 0) {
+      message = "setrlimit failed", code = 3;
+    } else {
+      try {
+        read_npz(path);
+      } catch (const FileError& e) {
+        message = e.what(), code = 0;
+      } catch (const std::exception& e) {
+        message = std::string("not a FileError: ") + e.what(), code = 1;
+      }
+    }
+    (void)!write(fds[1], message.data(), message.size());
+    _exit(code);
+  }
+  close(fds[1]);
+  std::string message;
+  char buf[512];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) message.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  INFO("child: " << message);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_THAT(message, Contains(path) && Contains("entry 'X_train.npy'") &&
+                          Contains("needs " + want + " bytes of memory"));
+#endif
+  // With the memory at hand the same file reads: 10^8 sequences.
+  const auto arrays = read_npz(path);
+  REQUIRE(arrays.count("X_train"));
+  CHECK(arrays.at("X_train").shape == std::vector<int64_t>{kHugeSequences, kHugeSeqLen});
+}
+
 TEST_CASE("missing files are a FileError naming the path", "[malformed]") {
   const std::string path = kData + "/malformed/does_not_exist.npz";
   require_file_error([&] { read_npz(path); }, path, "cannot open: No such file or directory");
@@ -348,6 +487,45 @@ TEST_CASE("write_file_atomic replaces the file only on success", "[file_io]") {
   write_file_atomic(path, [](std::FILE* f) { std::fputs("new", f); });
   CHECK(text_of(path) == "new");
   CHECK_FALSE(has_temp_files(dir.path));
+}
+
+// A temporary `name.tmp.<pid>` would exceed NAME_MAX (255 bytes) for these names: the writer
+// uses a shortened temporary name, and the cleanup of a killed writer's temporary still works.
+TEST_CASE("write_file_atomic writes files whose names are 250 and 255 bytes long", "[file_io]") {
+  TempDir dir;
+  for (size_t length : {size_t{250}, size_t{255}}) {
+    INFO("name of " << length << " bytes");
+    const std::string path = dir / (std::string(length - 4, 'n') + ".npy");
+    write_file_atomic(path, "old", 3);
+    CHECK(text_of(path) == "old");
+    CHECK_FALSE(has_temp_files(dir.path));
+
+    // A writer that dies mid-write leaves its temporary behind; the next write removes it.
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      try {
+        write_file_atomic(path, [](std::FILE* f) {
+          std::fputs("half", f);
+          std::fflush(f);
+          _exit(0);
+        });
+      } catch (...) {
+      }
+      _exit(1);
+    }
+    int status = 0;
+    REQUIRE(waitpid(child, &status, 0) == child);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK(has_temp_files(dir.path));
+    CHECK(text_of(path) == "old");
+
+    write_file_atomic(path, "new", 3);
+    CHECK(text_of(path) == "new");
+    CHECK_FALSE(has_temp_files(dir.path));
+    std::filesystem::remove(path);
+  }
 }
 
 TEST_CASE("write_file_atomic reports a full disk and keeps the old file", "[file_io]") {

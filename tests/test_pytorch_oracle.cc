@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/npy.h"
+#include "engine/npz.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/gemm.h"

@@ -8,6 +8,7 @@
 
 #include "engine/error.h"
 #include "engine/npy.h"
+#include "engine/npz.h"
 #include "model_reference.h"
 #include "models/rollout.h"
 #include "models/tasks.h"

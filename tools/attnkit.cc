@@ -18,6 +18,7 @@
 #include "ops/gemm.h"
 #include "tools/cli_parser.h"
 #include "tools/commands.h"
+#include "tools/passive_openmp.h"
 
 namespace {
 

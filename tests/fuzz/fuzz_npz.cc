@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "engine/error.h"
-#include "engine/npy.h"
+#include "engine/npz.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

@@ -1,0 +1,468 @@
+// Per-target GEMM paths that do not pack A, included through ops/gemm_kernels-inl.h: the
+// direct path (A broadcast in place, B in place or a copied Bᵀ panel), the swapped direct
+// path (Cᵀ of a thin C with a transposed A) and the dot path (at most 4 columns).
+
+// Per-target part: toggled include guard, as Highway's foreach_target.h requires.
+#if defined(ATTNKIT_OPS_GEMM_DIRECT_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTNKIT_OPS_GEMM_DIRECT_INL_H_
+#undef ATTNKIT_OPS_GEMM_DIRECT_INL_H_
+#else
+#define ATTNKIT_OPS_GEMM_DIRECT_INL_H_
+#endif
+
+#include <algorithm>
+
+#include "hwy/highway.h"
+#include "ops/gemm_tile-inl.h"  // DF, VF, GemmArgs, tiles, ForEachRowTile
+#include "ops/ops_simd-inl.h"   // TransposeBlock8x8
+
+HWY_BEFORE_NAMESPACE();
+namespace attnkit::HWY_NAMESPACE {
+
+// ------------------------------------------------------------------ direct path
+// No packing of A: the kernel broadcasts A straight from memory (either layout). B is read in
+// place when row-major; Bᵀ is first copied into a small zero-padded panel in thread scratch.
+
+// Ragged last columns [j, j1) of a direct block, t = j1 - j < 2V. B is read in place (or from
+// a panel at least V wide) with vectors ending exactly at j1, overlapping what lies before.
+// Overlapping lanes are recomputed by the same FMA chain, so storing them again is harmless
+// unless C is read (beta) or the lanes belong to another slice; then only new lanes are stored.
+// With kBias, bias holds the bias of the tail's t columns.
+template <int R, bool kBias>
+HWY_INLINE void DirectTail(DF d, const GemmArgs& g, const float* a, int64_t ar, int64_t ak,
+                           const float* b, int64_t ldb, float* c, int64_t t,
+                           bool may_overwrite_before, const float* bias, VF (&acc)[kMR][2]) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const Combine combine = FirstCombine(g.beta);
+  const VF va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
+  const bool read = combine != Combine::kOverwrite;
+  constexpr bool has_bias = kBias;
+  if (t == lanes) {  // one whole vector
+    AccumulateTile<R, 1>(d, g.k, a, ar, ak, b, nullptr, ldb, acc);
+    StoreTile<kBias>(d, acc, R, static_cast<size_t>(t), g.alpha, g.beta, combine, c, g.ldc, bias);
+    return;
+  }
+  if (t > lanes) {  // [j, j + V) and [j1 - V, j1): the overlap stays inside this tile
+    AccumulateTile<R, 2>(d, g.k, a, ar, ak, b, b + t - lanes, ldb, acc);
+    const VF b0 = has_bias ? hn::LoadU(d, bias) : hn::Zero(d);
+    const VF b1 = has_bias ? hn::LoadU(d, bias + t - lanes) : hn::Zero(d);
+    for (int r = 0; r < R; ++r) {
+      float* cr = c + r * g.ldc;
+      const VF o0 = read ? hn::LoadU(d, cr) : hn::Zero(d);
+      const VF o1 = read ? hn::LoadU(d, cr + t - lanes) : hn::Zero(d);
+      const VF n0 = CombineBias(d, acc[r][0], va, vb, o0, combine, has_bias, b0);
+      const VF n1 = CombineBias(d, acc[r][1], va, vb, o1, combine, has_bias, b1);
+      hn::StoreU(n0, d, cr);
+      hn::StoreU(n1, d, cr + t - lanes);
+    }
+    return;
+  }
+  // One vector [j1 - V, j1), overlapping the previous tile.
+  AccumulateTile<R, 1>(d, g.k, a, ar, ak, b + t - lanes, nullptr, ldb, acc);
+  const bool whole = !read && may_overwrite_before;
+  const size_t skip = static_cast<size_t>(lanes - t);
+  VF bv = hn::Zero(d);
+  if (has_bias) {
+    if (whole) {  // the columns before j are this block's too: their bias is there
+      bv = hn::LoadU(d, bias - skip);
+    } else {
+      alignas(64) float bbuf[64 / sizeof(float)] = {};
+      for (size_t i = skip; i < static_cast<size_t>(lanes); ++i) bbuf[i] = bias[i - skip];
+      bv = hn::Load(d, bbuf);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float* cr = c + r * g.ldc + t - lanes;
+    if (whole) {
+      hn::StoreU(CombineBias(d, acc[r][0], va, vb, hn::Zero(d), combine, has_bias, bv), d, cr);
+      continue;
+    }
+    alignas(64) float buf[64 / sizeof(float)];
+    if (read) {
+      for (size_t i = skip; i < static_cast<size_t>(lanes); ++i) buf[i] = cr[i];
+    }
+    const VF o = read ? hn::Load(d, buf) : hn::Zero(d);
+    hn::Store(CombineBias(d, acc[r][0], va, vb, o, combine, has_bias, bv), d, buf);
+    for (size_t i = skip; i < static_cast<size_t>(lanes); ++i) cr[i] = buf[i];
+  }
+}
+
+// DirectTail where masked loads and stores are fast (AVX-512): the t < 2V columns at b are
+// loaded and C stored under lane masks, so B is read in place even when narrower than a
+// vector and nothing before j is touched. Each element is the same FMA chain as elsewhere.
+template <int R, bool kBias>
+HWY_INLINE void DirectTailMasked(DF d, const GemmArgs& g, const float* a, int64_t ar, int64_t ak,
+                                 const float* b, int64_t ldb, float* c, int64_t t,
+                                 const float* bias, VF (&acc)[kMR][2]) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), k = g.k;
+  if (t > lanes) {
+    const auto m1 = hn::FirstN(d, static_cast<size_t>(t - lanes));
+    VF acc0[R], acc1[R];  // locals, so they stay in registers over the k loop
+    for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = hn::Zero(d);
+#pragma GCC unroll 4
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const VF bv0 = hn::LoadU(d, b + kk * ldb);
+      const VF bv1 = hn::MaskedLoad(m1, d, b + kk * ldb + lanes);
+      const float* HWY_RESTRICT ak_ptr = a + kk * ak;
+      for (int r = 0; r < R; ++r) {
+        const VF av = hn::Set(d, ak_ptr[r * ar]);
+        acc0[r] = hn::MulAdd(av, bv0, acc0[r]);
+        acc1[r] = hn::MulAdd(av, bv1, acc1[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) acc[r][0] = acc0[r], acc[r][1] = acc1[r];
+  } else {
+    const auto m0 = hn::FirstN(d, static_cast<size_t>(t));
+    VF acc0[R];
+    for (int r = 0; r < R; ++r) acc0[r] = hn::Zero(d);
+#pragma GCC unroll 4
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const VF bv0 = hn::MaskedLoad(m0, d, b + kk * ldb);
+      const float* HWY_RESTRICT ak_ptr = a + kk * ak;
+      for (int r = 0; r < R; ++r) acc0[r] = hn::MulAdd(hn::Set(d, ak_ptr[r * ar]), bv0, acc0[r]);
+    }
+    for (int r = 0; r < R; ++r) acc[r][0] = acc0[r];
+  }
+  StoreTile<kBias>(d, acc, R, static_cast<size_t>(t), g.alpha, g.beta, FirstCombine(g.beta), c, g.ldc, bias);
+}
+
+// Rows i..i+R of a direct block; op(B) columns j0..j1 are at b (row stride ldb), which reads
+// whole vectors up to V columns before j1 when j1 - j0 < V (not on AVX-512: masked loads).
+template <int R, bool kBias>
+HWY_INLINE void DirectRows(DF d, const GemmArgs& g, int64_t i, const float* b, int64_t ldb,
+                           int64_t j0, int64_t j1) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), nr = 2 * lanes;
+  const int64_t ar = g.trans_a ? 1 : g.lda, ak = g.trans_a ? g.lda : 1;
+  const float* a = g.a + i * ar;
+  float* c = g.c + i * g.ldc;
+  const Combine combine = FirstCombine(g.beta);
+  VF acc[kMR][2];
+  int64_t j = j0;
+  for (; j + nr <= j1; j += nr) {
+    AccumulateTile<R, 2>(d, g.k, a, ar, ak, b + (j - j0), b + (j - j0) + lanes, ldb, acc);
+    StoreTile<kBias>(d, acc, R, nr, g.alpha, g.beta, combine, c + j, g.ldc,
+                     kBias ? g.bias + j : nullptr);
+  }
+  if (j < j1) {
+    if constexpr (kFastMaskedStore) {
+      DirectTailMasked<R, kBias>(d, g, a, ar, ak, b + (j - j0), ldb, c + j, j1 - j,
+                                 kBias ? g.bias + j : nullptr, acc);
+    } else {
+      DirectTail<R, kBias>(d, g, a, ar, ak, b + (j - j0), ldb, c + j, j1 - j, j1 - lanes >= j0,
+                           kBias ? g.bias + j : nullptr, acc);
+    }
+  }
+}
+
+// dst[kk·ldd + j] = src[j·lds + kk] for j < n, kk < k: op(B) of a transposed B as a k × n
+// row-major panel. Where 256-bit vectors exist, 8 × 8 blocks are transposed in registers (a ragged
+// last block overlaps the one before it and rewrites the same values); vector stores also let
+// the kernel's vector loads that follow forward from them.
+HWY_INLINE void CopyTransposedScalar(const float* HWY_RESTRICT src, int64_t lds, int64_t n,
+                                     int64_t k, float* HWY_RESTRICT dst, int64_t ldd) {
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t kk = 0; kk < k; ++kk) dst[kk * ldd + j] = src[j * lds + kk];
+  }
+}
+
+HWY_INLINE void CopyTransposed(DF d, const float* HWY_RESTRICT src, int64_t lds, int64_t n,
+                               int64_t k, float* HWY_RESTRICT dst, int64_t ldd) {
+#if ATTNKIT_HAVE_TRANSPOSE8
+  if (n >= 8 && k >= 8) {
+    for (int64_t j = 0;; j += 8) {
+      j = std::min(j, n - 8);
+      for (int64_t kk = 0;; kk += 8) {
+        kk = std::min(kk, k - 8);
+        TransposeBlock8x8(src + j * lds + kk, lds, dst + kk * ldd + j, ldd);
+        if (kk + 8 >= k) break;
+      }
+      if (j + 8 >= n) break;
+    }
+    return;
+  }
+#endif
+  (void)d;
+  CopyTransposedScalar(src, lds, n, k, dst, ldd);
+}
+
+// Deep direct products (dW = xᵀ·dy over many rows): k is walked in chunks small enough that
+// the chunk of A and of op(B) stay in L1 while every tile passes over them. Between chunks a
+// tile's raw accumulators wait in scratch (exact), so each element is still one unbroken FMA
+// chain over k: chunking changes no bits, and is decided per block.
+template <int R>
+HWY_INLINE void ChunkRows(DF d, const GemmArgs& g, int64_t i, const float* b, int64_t ldb,
+                          int64_t j0, int64_t j1, int64_t pc, int64_t kc, bool first, bool last,
+                          float* HWY_RESTRICT part, int64_t ldp) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), nr = 2 * lanes;
+  const int64_t ar = g.trans_a ? 1 : g.lda, ak = g.trans_a ? g.lda : 1;
+  const float* a = g.a + i * ar + pc * ak;
+  const float* bk = b + pc * ldb;
+  float* c = g.c + i * g.ldc;
+  const Combine combine = FirstCombine(g.beta);
+  for (int64_t j = j0; j < j1; j += nr) {
+    VF acc[kMR][2];
+    float* HWY_RESTRICT pr = part + (j - j0);
+    const float* bj = bk + (j - j0);
+    if (first) {
+      AccumulateTile<R, 2>(d, kc, a, ar, ak, bj, bj + lanes, ldb, acc);
+    } else {
+      for (int r = 0; r < R; ++r) {
+        acc[r][0] = hn::LoadU(d, pr + r * ldp);
+        acc[r][1] = hn::LoadU(d, pr + r * ldp + lanes);
+      }
+      AccumulateTile<R, 2, false>(d, kc, a, ar, ak, bj, bj + lanes, ldb, acc);
+    }
+    if (last) {
+      if (g.bias) {
+        StoreTile<true>(d, acc, R, static_cast<size_t>(nr), g.alpha, g.beta, combine, c + j,
+                        g.ldc, g.bias + j);
+      } else {
+        StoreTile(d, acc, R, static_cast<size_t>(nr), g.alpha, g.beta, combine, c + j, g.ldc);
+      }
+    } else {
+      for (int r = 0; r < R; ++r) {
+        hn::StoreU(acc[r][0], d, pr + r * ldp);
+        hn::StoreU(acc[r][1], d, pr + r * ldp + lanes);
+      }
+    }
+  }
+}
+
+// Whether GemmDirect walks k in chunks for this block (whole 2V-column tiles only).
+inline bool DirectChunked(int64_t k, int64_t width, int64_t lanes) {
+  return k > 256 && width % (2 * lanes) == 0 && width <= 256;
+}
+
+// Kept out of line: inlined, it costs the tiny products' GemmDirect registers and branches.
+inline HWY_NOINLINE void GemmDirectChunked(DF d, const GemmArgs& g, const float* b,
+                                           int64_t ldb, int64_t i0, int64_t i1, int64_t j0,
+                                           int64_t j1) {
+  const int64_t width = j1 - j0;
+  for (int64_t ic = i0; ic < i1; ic += gemm_detail::kDirectRows) {
+    const int64_t ie = std::min(i1, ic + gemm_detail::kDirectRows);
+    // A chunk (kc × rows) and B chunk (kc × width) together about 24 KB.
+    const int64_t kc = std::max<int64_t>(32, 6144 / (width + (ie - ic)) / 8 * 8);
+    float* part = gemm_detail::thread_scratch(0, static_cast<size_t>((ie - ic) * width));
+    for (int64_t pc = 0; pc < g.k; pc += kc) {
+      const int64_t kn = std::min(kc, g.k - pc);
+      const bool first = pc == 0, last = pc + kn >= g.k;
+      ForEachRowTile(ic, ie, [&](auto r_tag, int64_t i) {  // the same row tiles as GemmDirect
+        ChunkRows<decltype(r_tag)::value>(d, g, i, b, ldb, j0, j1, pc, kn, first, last,
+                                          part + (i - ic) * width, width);
+      });
+    }
+  }
+}
+
+// Rows [i0, i1) × columns [j0, j1) of a direct block whose op(B) columns are at b.
+template <bool kBias>
+HWY_INLINE void DirectBlock(DF d, const GemmArgs& g, const float* b, int64_t ldb, int64_t i0,
+                            int64_t i1, int64_t j0, int64_t j1) {
+  for (int64_t ic = i0; ic < i1; ic += gemm_detail::kDirectRows) {
+    const int64_t ie = std::min(i1, ic + gemm_detail::kDirectRows);
+    ForEachRowTile(ic, ie, [&](auto r_tag, int64_t i) {
+      DirectRows<decltype(r_tag)::value, kBias>(d, g, i, b, ldb, j0, j1);
+    });
+  }
+}
+
+inline void GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const float* b = g.b + j0;
+  int64_t ldb = g.ldb;
+  if (g.trans_b || (j1 < lanes && !kFastMaskedStore)) {
+    // Copy op(B) columns j0..j1 into a k × width row-major panel; without masked loads at
+    // least one vector wide (zero-padded in front) so the ragged-tile loads stay inside it.
+    const int64_t width = kFastMaskedStore ? j1 - j0 : std::max(j1 - j0, lanes), pad = width - (j1 - j0);
+    float* panel = gemm_detail::thread_scratch(1, static_cast<size_t>(g.k * width));
+    for (int64_t kk = 0; kk < g.k; ++kk)
+      for (int64_t j = 0; j < pad; ++j) panel[kk * width + j] = 0.0f;
+    if (g.trans_b) {
+      CopyTransposed(d, g.b + j0 * g.ldb, g.ldb, j1 - j0, g.k, panel + pad, width);
+    } else {
+      for (int64_t kk = 0; kk < g.k; ++kk)
+        for (int64_t j = j0; j < j1; ++j) panel[kk * width + pad + j - j0] = g.b[kk * g.ldb + j];
+    }
+    b = panel + pad;
+    ldb = width;
+  }
+  if (DirectChunked(g.k, j1 - j0, lanes)) {
+    GemmDirectChunked(d, g, b, ldb, i0, i1, j0, j1);
+    return;
+  }
+  if (g.bias) {
+    DirectBlock<true>(d, g, b, ldb, i0, i1, j0, j1);
+  } else {
+    DirectBlock<false>(d, g, b, ldb, i0, i1, j0, j1);
+  }
+}
+
+// ------------------------------------------------------------------ swapped direct path
+// A thin C (few columns) with a transposed A: computed as Cᵀ = op(B)ᵀ·op(A)ᵀ, whose "B" rows
+// are the rows of A as stored (contiguous over i), so the vectors run along the long side of C
+// instead of wasting lanes on its few columns. Each element is still one FMA chain over k in
+// increasing order; only the store is transposed. Chosen by shape only (use_swapped_path).
+
+// C[base + l, j + r] for lanes l in [la, lb) of acc[r][v], combined as `combine` says.
+template <int R>
+HWY_INLINE void StoreSwapped(DF d, const GemmArgs& g, const VF (&acc)[kMR][2], int v,
+                             int64_t j, int64_t base, int64_t la, int64_t lb) {
+  const Combine combine = FirstCombine(g.beta);
+  const bool read = combine != Combine::kOverwrite;
+  const VF va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
+  HWY_ALIGN float tmp[hn::MaxLanes(DF())];
+  float* HWY_RESTRICT c = g.c + base * g.ldc + j;
+  for (int r = 0; r < R; ++r) {
+    VF old = hn::Zero(d);
+    if (read) {
+      hn::Store(old, d, tmp);
+      for (int64_t l = la; l < lb; ++l) tmp[l] = c[l * g.ldc + r];
+      old = hn::Load(d, tmp);
+    }
+    const VF bv = g.bias ? hn::Set(d, g.bias[j + r]) : hn::Zero(d);
+    hn::Store(CombineBias(d, acc[r][v], va, vb, old, combine, g.bias != nullptr, bv), d, tmp);
+    for (int64_t l = la; l < lb; ++l) c[l * g.ldc + r] = tmp[l];
+  }
+}
+
+// Rows j..j+R of Cᵀ (columns of C) over the columns of Cᵀ (rows of C) whose "B" vectors start
+// at x + (i - i0) (row stride ldx); the tile layout is decided by GemmSwapped.
+template <int R>
+HWY_INLINE void SwappedTile(DF d, const GemmArgs& g, int64_t j, const float* x, int64_t ldx,
+                            int64_t i0, int64_t i, int64_t i1, bool narrow) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), t = i1 - i;
+  // op(B)ᵀ(j + r, kk) = op(B)(kk, j + r).
+  const int64_t ar = g.trans_b ? g.ldb : 1, ak = g.trans_b ? 1 : g.ldb;
+  const float* a = g.b + j * ar;
+  VF acc[kMR][2];
+  if (t >= 2 * lanes) {
+    AccumulateTile<R, 2>(d, g.k, a, ar, ak, x + (i - i0), x + (i - i0) + lanes, ldx, acc);
+    StoreSwapped<R>(d, g, acc, 0, j, i, 0, lanes);
+    StoreSwapped<R>(d, g, acc, 1, j, i + lanes, 0, lanes);
+  } else if (t > lanes) {  // [i, i + V) and [i1 - V, i1), overlapping
+    AccumulateTile<R, 2>(d, g.k, a, ar, ak, x + (i - i0), x + (i1 - lanes - i0), ldx, acc);
+    StoreSwapped<R>(d, g, acc, 0, j, i, 0, lanes);
+    StoreSwapped<R>(d, g, acc, 1, j, i1 - lanes, 2 * lanes - t, lanes);
+  } else if (!narrow) {  // [i1 - V, i1), overlapping the previous tile
+    AccumulateTile<R, 1>(d, g.k, a, ar, ak, x + (i1 - lanes - i0), nullptr, ldx, acc);
+    StoreSwapped<R>(d, g, acc, 0, j, i1 - lanes, lanes - t, lanes);
+  } else {  // fewer than V rows in all: x is a zero-padded panel one vector wide
+    AccumulateTile<R, 1>(d, g.k, a, ar, ak, x, nullptr, ldx, acc);
+    StoreSwapped<R>(d, g, acc, 0, j, i, 0, t);
+  }
+}
+
+inline void GemmSwapped(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), nr = 2 * lanes;
+  // op(A)ᵀ(kk, i) = a[kk·lda + i] (A is transposed).
+  const float* x = g.a + i0;
+  int64_t ldx = g.lda;
+  const bool narrow = i1 - i0 < lanes;
+  if (narrow) {
+    float* panel = gemm_detail::thread_scratch(1, static_cast<size_t>(g.k * lanes));
+    for (int64_t kk = 0; kk < g.k; ++kk) {
+      for (int64_t c = 0; c < lanes; ++c) panel[kk * lanes + c] = c < i1 - i0 ? x[kk * g.lda + c] : 0.0f;
+    }
+    x = panel;
+    ldx = lanes;
+  }
+  for (int64_t i = i0; i < i1; i += nr) {
+    int64_t j = j0;
+    for (; j + kMR <= j1; j += kMR) SwappedTile<6>(d, g, j, x, ldx, i0, i, i1, narrow);
+    switch (j1 - j) {
+      case 5: SwappedTile<5>(d, g, j, x, ldx, i0, i, i1, narrow); break;
+      case 4: SwappedTile<4>(d, g, j, x, ldx, i0, i, i1, narrow); break;
+      case 3: SwappedTile<3>(d, g, j, x, ldx, i0, i, i1, narrow); break;
+      case 2: SwappedTile<2>(d, g, j, x, ldx, i0, i, i1, narrow); break;
+      case 1: SwappedTile<1>(d, g, j, x, ldx, i0, i, i1, narrow); break;
+      default: break;
+    }
+  }
+}
+
+// ------------------------------------------------------------------ dot path
+// C with at most 4 columns and a row-major A (the logits of a 2-class head): dot products
+// along k, so no lanes are wasted on the missing columns. Each element is the lane-wise FMA
+// chains of its dot product over k (k padded with zeros to whole vectors), reduced in the
+// target's fixed SumOfLanes order: like the other paths, it depends only on the shape, never
+// on the block or slice the element falls in.
+
+template <int R, int NJ>
+HWY_INLINE void DotTile(DF d, const GemmArgs& g, int64_t i, int64_t j0, const float* bt,
+                        int64_t kv) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const float* a = g.a + i * g.lda;
+  VF acc[R][NJ];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NJ; ++j) acc[r][j] = hn::Zero(d);
+  int64_t kk = 0;
+  for (; kk + lanes <= g.k; kk += lanes) {
+    VF av[R];
+    for (int r = 0; r < R; ++r) av[r] = hn::LoadU(d, a + r * g.lda + kk);
+    for (int j = 0; j < NJ; ++j) {
+      const VF bv = hn::Load(d, bt + j * kv + kk);
+      for (int r = 0; r < R; ++r) acc[r][j] = hn::MulAdd(av[r], bv, acc[r][j]);
+    }
+  }
+  if (kk < g.k) {  // bt is zero past k, so the zeros LoadFirst puts in A's lanes add nothing
+    const size_t tail = static_cast<size_t>(g.k - kk);
+    VF av[R];
+    for (int r = 0; r < R; ++r) av[r] = LoadFirst(d, a + r * g.lda + kk, tail);
+    for (int j = 0; j < NJ; ++j) {
+      const VF bv = hn::Load(d, bt + j * kv + kk);
+      for (int r = 0; r < R; ++r) acc[r][j] = hn::MulAdd(av[r], bv, acc[r][j]);
+    }
+  }
+  const Combine combine = FirstCombine(g.beta);
+  const bool read = combine != Combine::kOverwrite;
+  const VF va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
+  for (int r = 0; r < R; ++r) {
+    float* c = g.c + (i + r) * g.ldc + j0;
+    for (int j = 0; j < NJ; ++j) {
+      const VF old = read ? hn::Set(d, c[j]) : hn::Zero(d);
+      const VF bv = g.bias ? hn::Set(d, g.bias[j0 + j]) : hn::Zero(d);
+      c[j] = hn::GetLane(CombineBias(d, hn::SumOfLanes(d, acc[r][j]), va, vb, old, combine,
+                                     g.bias != nullptr, bv));
+    }
+  }
+}
+
+template <int NJ>
+HWY_INLINE void DotColumns(DF d, const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0,
+                           const float* bt, int64_t kv) {
+  constexpr int kRows = NJ <= 2 ? 4 : 2;  // 8 or fewer accumulators: no spills
+  int64_t i = i0;
+  for (; i + kRows <= i1; i += kRows) DotTile<kRows, NJ>(d, g, i, j0, bt, kv);
+  for (; i < i1; ++i) DotTile<1, NJ>(d, g, i, j0, bt, kv);
+}
+
+inline void GemmDot(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t kv = (g.k + lanes - 1) / lanes * lanes;
+  // bt[j·kv + kk] = op(B)(kk, j0 + j), zero for k <= kk < kv.
+  float* bt = gemm_detail::thread_scratch(1, static_cast<size_t>((j1 - j0) * kv));
+  for (int64_t j = j0; j < j1; ++j) {
+    float* row = bt + (j - j0) * kv;
+    if (g.trans_b) {
+      for (int64_t kk = 0; kk < g.k; ++kk) row[kk] = g.b[j * g.ldb + kk];
+    } else {
+      for (int64_t kk = 0; kk < g.k; ++kk) row[kk] = g.b[kk * g.ldb + j];
+    }
+    for (int64_t kk = g.k; kk < kv; ++kk) row[kk] = 0.0f;
+  }
+  switch (j1 - j0) {
+    case 1: DotColumns<1>(d, g, i0, i1, j0, bt, kv); break;
+    case 2: DotColumns<2>(d, g, i0, i1, j0, bt, kv); break;
+    case 3: DotColumns<3>(d, g, i0, i1, j0, bt, kv); break;
+    case 4: DotColumns<4>(d, g, i0, i1, j0, bt, kv); break;
+    default: break;
+  }
+}
+
+}  // namespace attnkit::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // ATTNKIT_OPS_GEMM_DIRECT_INL_H_

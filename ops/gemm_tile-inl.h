@@ -1,0 +1,283 @@
+// Per-target GEMM building blocks shared by every path of ops/gemm_kernels-inl.h: the
+// product's arguments and blocking, loads and stores of partial vectors, the R × 2V
+// micro-tile's FMA chains over k, the write-back that combines them with C (+ bias), the
+// relu / mask / addend epilogue, and the row tiles a block of rows is cut into.
+
+// Target-independent declarations (normal include guard).
+#ifndef ATTNKIT_OPS_GEMM_TILE_SHARED_H_
+#define ATTNKIT_OPS_GEMM_TILE_SHARED_H_
+#include <cstddef>
+#include <cstdint>
+
+namespace attnkit::gemm_detail {
+
+// One product C = alpha·op(A)·op(B) + beta·C (+ bias[j] in every row when bias is set); the
+// kernels compute a sub-block of it.
+struct GemmArgs {
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+  float alpha;
+  const float* a;
+  int64_t lda;
+  const float* b;
+  int64_t ldb;
+  float beta;
+  float* c;
+  int64_t ldc;
+  // n values added to every row of C in the final store of each tile (after alpha·acc and
+  // beta·C are combined), or nullptr.
+  const float* bias = nullptr;
+  // After that final store (see GemmEpilogue in ops/gemm.h): relu: C = max(C, 0); mask:
+  // C = C where mask > 0, else 0, mask laid out like C with row stride ldm; addend:
+  // C = C + addend (row stride ld_addend).
+  bool relu = false;
+  const float* mask = nullptr;
+  int64_t ldm = 0;
+  const float* addend = nullptr;
+  int64_t ld_addend = 0;
+  bool has_epilogue() const { return relu || mask != nullptr || addend != nullptr; }
+  // colsum[j] += Σ_kk B[kk, j] (B row-major, not transposed), each column summed in k order
+  // while the packed path packs B (the bias gradient of a Linear from its dW = xᵀ·dy
+  // product); colsum is zeroed first unless colsum_accumulate. Only the packed path does
+  // it (see sgemm_fuses_colsum in ops/gemm.h), in the block that holds row 0.
+  float* colsum = nullptr;
+  bool colsum_accumulate = false;
+};
+
+// Per-thread grow-only 64-byte-aligned scratch; slot 0 holds packed A, slot 1 packed B.
+float* thread_scratch(int slot, size_t floats);
+
+// Blocking of the packed path. KC is fixed for every target and thread count: it decides
+// where the k-sum is split, so it must not depend on anything but the shape.
+inline constexpr int64_t kMR = 6;     // rows of the micro-tile
+inline constexpr int64_t kKC = 384;   // k-depth of packed panels: B micro-panel 24 KB in L1
+inline constexpr int64_t kMC = 120;   // rows of an A block: 180 KB in L2
+inline constexpr int64_t kNC = 2048;  // columns of a B block: 2 MB in L3
+// Rows of A kept hot in the direct path while all column tiles pass over them.
+inline constexpr int64_t kDirectRows = 96;
+
+}  // namespace attnkit::gemm_detail
+#endif  // ATTNKIT_OPS_GEMM_TILE_SHARED_H_
+
+// Per-target part: toggled include guard, as Highway's foreach_target.h requires.
+#if defined(ATTNKIT_OPS_GEMM_TILE_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTNKIT_OPS_GEMM_TILE_INL_H_
+#undef ATTNKIT_OPS_GEMM_TILE_INL_H_
+#else
+#define ATTNKIT_OPS_GEMM_TILE_INL_H_
+#endif
+
+#include <algorithm>
+#include <type_traits>
+
+#include "hwy/highway.h"
+#include "ops/ops_simd-inl.h"  // StoreTail
+
+HWY_BEFORE_NAMESPACE();
+namespace attnkit::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using gemm_detail::GemmArgs;
+using gemm_detail::kMR;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// MaskedLoad only keeps masked-off lanes from faulting on AVX2 and newer; older targets load
+// the whole vector, so partial loads go through a small stack buffer there.
+#if HWY_TARGET <= HWY_AVX2 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+inline constexpr bool kFaultFreeMaskedLoad = true;
+#else
+inline constexpr bool kFaultFreeMaskedLoad = false;
+#endif
+
+// The first `count` (<= Lanes) floats at p, zeros after them, touching no memory beyond.
+HWY_INLINE VF LoadFirst(DF d, const float* HWY_RESTRICT p, size_t count) {
+  if (count == hn::Lanes(d)) return hn::LoadU(d, p);
+  if constexpr (kFaultFreeMaskedLoad) {
+    return hn::MaskedLoad(hn::FirstN(d, count), d, p);
+  } else {
+    alignas(64) float buf[64 / sizeof(float)] = {};
+    for (size_t i = 0; i < count; ++i) buf[i] = p[i];
+    return hn::Load(d, buf);
+  }
+}
+
+// How the write-back combines the accumulator with what C holds.
+enum class Combine { kOverwrite, kAdd, kScale };  // alpha·acc, +C, +beta·C
+
+// Accumulates an R × NV-vector tile of A·B over k into acc: A(r, kk) = a[r·ar + kk·ak], vector
+// v of row kk of B at b_v + kk·ldb. The two B vectors need not be adjacent: a ragged last tile
+// reads a vector that overlaps its neighbour instead of masking (masked loads are slow on AMD
+// and not fault-free before AVX2).
+// kFromZero = false continues the chains from what acc holds (a k-chunk after the first).
+template <int R, int NV, bool kFromZero = true>
+HWY_INLINE void AccumulateTile(DF d, int64_t k, const float* HWY_RESTRICT a, int64_t ar,
+                               int64_t ak, const float* HWY_RESTRICT b0,
+                               const float* HWY_RESTRICT b1, int64_t ldb, VF (&acc)[kMR][2]) {
+  if constexpr (kFromZero) {
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = hn::Zero(d);
+  }
+#pragma GCC unroll 4
+  for (int64_t kk = 0; kk < k; ++kk) {
+    const VF bv0 = hn::LoadU(d, b0 + kk * ldb);
+    const VF bv1 = NV == 2 ? hn::LoadU(d, b1 + kk * ldb) : bv0;
+    const float* HWY_RESTRICT ak_ptr = a + kk * ak;
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const VF av = hn::Set(d, ak_ptr[r * ar]);
+      acc[r][0] = hn::MulAdd(av, bv0, acc[r][0]);
+      if constexpr (NV == 2) acc[r][1] = hn::MulAdd(av, bv1, acc[r][1]);
+    }
+  }
+}
+
+// C tile (rows × cols, cols <= 2V) = alpha·acc combined with C as `combine` says.
+HWY_INLINE VF CombineVec(DF d, VF acc, VF alpha, VF beta, VF old, Combine combine) {
+  if (combine == Combine::kOverwrite) return hn::Mul(acc, alpha);
+  if (combine == Combine::kAdd) return hn::MulAdd(acc, alpha, old);
+  return hn::MulAdd(acc, alpha, hn::Mul(beta, old));
+}
+
+// CombineVec plus the bias epilogue: alpha·acc + bias fused when C is not read, else the
+// combined value + bias. Only the column decides the operations, never the tile or slice.
+HWY_INLINE VF CombineBias(DF d, VF acc, VF alpha, VF beta, VF old, Combine combine, bool has_bias,
+                          VF bias) {
+  if (!has_bias) return CombineVec(d, acc, alpha, beta, old, combine);
+  if (combine == Combine::kOverwrite) return hn::MulAdd(acc, alpha, bias);
+  return hn::Add(CombineVec(d, acc, alpha, beta, old, combine), bias);
+}
+
+// Stores the first `count` lanes of v (StoreTail: one masked store on AVX-512, a stack
+// buffer elsewhere).
+HWY_INLINE void StoreFirst(DF d, VF v, size_t count, float* HWY_RESTRICT p) {
+  if (count == hn::Lanes(d)) {
+    hn::StoreU(v, d, p);
+  } else {
+    StoreTail(d, v, p, count);
+  }
+}
+
+// With kBias, bias holds the bias of the tile's cols columns (ignored otherwise).
+template <bool kBias = false>
+HWY_INLINE void StoreTile(DF d, const VF (&acc)[kMR][2], int64_t rows, size_t cols, float alpha,
+                          float beta, Combine combine, float* HWY_RESTRICT c, int64_t ldc,
+                          const float* HWY_RESTRICT bias = nullptr) {
+  const size_t lanes = hn::Lanes(d);
+  const VF va = hn::Set(d, alpha), vb = hn::Set(d, beta);
+  const bool read = combine != Combine::kOverwrite;
+  constexpr bool has_bias = kBias;
+  if (cols == 2 * lanes) {
+    const VF b0 = has_bias ? hn::LoadU(d, bias) : hn::Zero(d);
+    const VF b1 = has_bias ? hn::LoadU(d, bias + lanes) : hn::Zero(d);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* cr = c + r * ldc;
+      const VF o0 = read ? hn::LoadU(d, cr) : hn::Zero(d);
+      const VF o1 = read ? hn::LoadU(d, cr + lanes) : hn::Zero(d);
+      hn::StoreU(CombineBias(d, acc[r][0], va, vb, o0, combine, has_bias, b0), d, cr);
+      hn::StoreU(CombineBias(d, acc[r][1], va, vb, o1, combine, has_bias, b1), d, cr + lanes);
+    }
+    return;
+  }
+  const size_t cols0 = std::min(cols, lanes), cols1 = cols > lanes ? cols - lanes : 0;
+  const VF b0 = has_bias ? LoadFirst(d, bias, cols0) : hn::Zero(d);
+  const VF b1 = has_bias && cols1 > 0 ? LoadFirst(d, bias + lanes, cols1) : hn::Zero(d);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* cr = c + r * ldc;
+    const VF o0 = read ? LoadFirst(d, cr, cols0) : hn::Zero(d);
+    StoreFirst(d, CombineBias(d, acc[r][0], va, vb, o0, combine, has_bias, b0), cols0, cr);
+    if (cols1 > 0) {
+      const VF o1 = read ? LoadFirst(d, cr + lanes, cols1) : hn::Zero(d);
+      StoreFirst(d, CombineBias(d, acc[r][1], va, vb, o1, combine, has_bias, b1), cols1,
+                 cr + lanes);
+    }
+  }
+}
+
+inline Combine FirstCombine(float beta) {
+  return beta == 0.0f ? Combine::kOverwrite : beta == 1.0f ? Combine::kAdd : Combine::kScale;
+}
+
+// The relu / mask / addend epilogue of one stored value v of C's row i, columns from j
+// (count of them): the same vector operations as ops/elementwise.cc's relu_forward
+// (max(v, 0)), relu_backward (v where mask > 0, else 0) and add_forward (v + addend), so the
+// fused results are bitwise theirs.
+HWY_INLINE VF EpilogueVec(DF d, const GemmArgs& g, VF v, int64_t i, int64_t j, size_t count) {
+  if (g.relu) v = hn::Max(v, hn::Zero(d));
+  if (g.mask) v = hn::IfThenElseZero(hn::Gt(LoadFirst(d, g.mask + i * g.ldm + j, count), hn::Zero(d)), v);
+  if (g.addend) v = hn::Add(v, LoadFirst(d, g.addend + i * g.ld_addend + j, count));
+  return v;
+}
+
+// The epilogue over C[i0..i1, j0..j1), after the final store of those elements (the packed
+// path applies it per tile as it stores, see StoreTileEpilogue; the other paths per block).
+HWY_INLINE void Epilogue(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t i = i0; i < i1; ++i) {
+    float* c = g.c + i * g.ldc;
+    int64_t j = j0;
+    for (; j + lanes <= j1; j += lanes)
+      hn::StoreU(EpilogueVec(d, g, hn::LoadU(d, c + j), i, j, static_cast<size_t>(lanes)), d, c + j);
+    if (j < j1) {
+      const size_t count = static_cast<size_t>(j1 - j);
+      StoreFirst(d, EpilogueVec(d, g, LoadFirst(d, c + j, count), i, j, count), count, c + j);
+    }
+  }
+}
+
+// StoreTile with the bias (bias non-null) and the epilogue in the same pass: the values the
+// separate Epilogue would give, without storing and reloading the tile, whose first element
+// is C[i, j].
+HWY_INLINE void StoreTileEpilogue(DF d, const GemmArgs& g, const VF (&acc)[kMR][2], int64_t rows,
+                                  size_t cols, Combine combine, float* HWY_RESTRICT c,
+                                  const float* HWY_RESTRICT bias, int64_t i, int64_t j) {
+  const size_t lanes = hn::Lanes(d);
+  const VF va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
+  const bool read = combine != Combine::kOverwrite;
+  const bool has_bias = bias != nullptr;
+  const size_t cols0 = std::min(cols, lanes), cols1 = cols > lanes ? cols - lanes : 0;
+  const VF b0 = has_bias ? LoadFirst(d, bias, cols0) : hn::Zero(d);
+  const VF b1 = has_bias && cols1 > 0 ? LoadFirst(d, bias + lanes, cols1) : hn::Zero(d);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* cr = c + r * g.ldc;
+    const VF o0 = read ? LoadFirst(d, cr, cols0) : hn::Zero(d);
+    StoreFirst(d, EpilogueVec(d, g, CombineBias(d, acc[r][0], va, vb, o0, combine, has_bias, b0), i + r, j, cols0),
+               cols0, cr);
+    if (cols1 > 0) {
+      const VF o1 = read ? LoadFirst(d, cr + lanes, cols1) : hn::Zero(d);
+      StoreFirst(d, EpilogueVec(d, g, CombineBias(d, acc[r][1], va, vb, o1, combine, has_bias, b1),
+                                i + r, j + static_cast<int64_t>(lanes), cols1),
+                 cols1, cr + lanes);
+    }
+  }
+}
+
+// The row tiles of [i, end): 6 rows, except that 7 to 9 remaining rows become two tiles of
+// 4 or 5 rows (a 1- to 3-row tile has too few independent FMA chains to hide the FMA
+// latency); fn(std::integral_constant<int, R>(), first row) for each. Which tile a row falls
+// in does not change how its elements are computed.
+template <class Fn>
+HWY_INLINE void ForEachRowTile(int64_t i, int64_t end, const Fn& fn) {
+  for (; end - i >= kMR + 4 || end - i == kMR; i += kMR) fn(std::integral_constant<int, 6>(), i);
+  if (end - i == 9) {
+    fn(std::integral_constant<int, 5>(), i);
+    i += 5;
+  } else if (end - i > kMR) {
+    fn(std::integral_constant<int, 4>(), i);
+    i += 4;
+  }
+  switch (end - i) {
+    case 5: fn(std::integral_constant<int, 5>(), i); break;
+    case 4: fn(std::integral_constant<int, 4>(), i); break;
+    case 3: fn(std::integral_constant<int, 3>(), i); break;
+    case 2: fn(std::integral_constant<int, 2>(), i); break;
+    case 1: fn(std::integral_constant<int, 1>(), i); break;
+    default: break;
+  }
+}
+
+}  // namespace attnkit::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // ATTNKIT_OPS_GEMM_TILE_INL_H_
