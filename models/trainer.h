@@ -18,6 +18,7 @@
 #include "../engine/executor.h"
 #include "../engine/optimizer.h"
 #include "../engine/rng.h"
+#include "checkpoint_config.h"  // config_entries, model_config_from_metadata, …
 #include "lessons.h"
 #include "tasks.h"
 
@@ -57,14 +58,6 @@ struct SequenceResult {
   std::vector<float> attention;     // [layers, heads, T, T]
   std::vector<int32_t> predictions; // [T]: argmax over classes
 };
-
-// The checkpoint "config." entries of a model and its training, and back.
-std::map<std::string, std::string> config_entries(const ModelConfig& model, const TrainerOptions& options);
-// Rebuilds the model configuration from read_checkpoint_metadata(); throws FileError naming
-// `path` for a missing or malformed entry.
-ModelConfig model_config_from_metadata(const std::map<std::string, std::string>& meta, const std::string& path);
-// The training options stored with it (epochs, batch_size, lr, seed, sizes, snapshot steps).
-TrainerOptions trainer_options_from_metadata(const std::map<std::string, std::string>& meta, const std::string& path);
 
 // A built model with its executor: evaluation and single-sequence runs (also for a model
 // loaded from a checkpoint, without training).
