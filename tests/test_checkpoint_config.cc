@@ -1,5 +1,6 @@
 // The model configuration as JSON and as checkpoint entries (models/checkpoint_config.h,
-// models/model_config_json.h), and checkpoints whose config disagrees with their tensors.
+// models/model_config_json.h), and checkpoints whose config disagrees with their tensors or
+// whose weights are not finite.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -185,6 +186,37 @@ TEST_CASE("a checkpoint config asking for absurd sizes is refused before anythin
   expect("layers", "3", "config layers = 3 but the checkpoint has no tensor 'layers.2.attn.q.weight'");
   expect("layers", "1", "config layers = 1 but the checkpoint has no tensor 'attn.q.weight'");
   expect("pre_norm", "false", "config pre_norm = false but the checkpoint has tensor 'layers.0.ln1.weight'");
+}
+
+// The checkpoint at `from` rewritten to `to` with element `flat` of tensor `name` set to v.
+void poison(const std::string& from, const std::string& to, const std::string& name, int64_t flat, float v) {
+  SafetensorsFile f = read_safetensors(from);
+  for (TensorBlob& t : f.tensors)
+    if (t.name == name) std::memcpy(t.bytes.data() + flat * 4, &v, 4);
+  write_safetensors(to, f.tensors, f.metadata);
+}
+
+TEST_CASE("a checkpoint with NaN or Inf in a weight or a moment is refused on load, naming tensor and position") {
+  TempDir dir;
+  const std::string real = dir / "real.safetensors";
+  const std::string bad = dir / "bad.safetensors";
+  const ModelConfig c = lesson_config("neighbor-sum");
+  write_checkpoint(real, c);
+  ModelRunner runner(config_of(real), 4, 1, 0, false);
+  runner.load(real);
+
+  poison(real, bad, "attn.q.weight", 1 * 32 + 2, std::nanf(""));
+  require_file_error([&] { runner.load(bad); }, bad,
+                     "tensor \"attn.q.weight\" [32, 32] holds NaN at flat position 34 (index [1, 2])");
+  poison(real, bad, "head.2.bias", 9, -std::numeric_limits<float>::infinity());
+  require_file_error([&] { runner.load(bad); }, bad, "tensor \"head.2.bias\" [10] holds -Inf at flat position 9 (index [9])");
+
+  // Adam's moments too, when loaded with an Adam.
+  ModelRunner trainable(c, 4, 1, 0, true);
+  Adam adam(trainable.executor().param_count(), AdamOptions{});
+  poison(real, bad, "optimizer.v.tok.weight", 0, std::numeric_limits<float>::infinity());
+  require_file_error([&] { trainable.load(bad, &adam); }, bad, "tensor \"optimizer.v.tok.weight\" [10, 32] holds Inf");
+  trainable.load(bad);  // without an Adam the moments are not read
 }
 
 }  // namespace
