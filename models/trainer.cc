@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <numeric>
+#include <stdexcept>
 
 #include "engine/checkpoint.h"
 #include "engine/error.h"
@@ -20,12 +22,26 @@ std::string float_text(float v) {
   return buf;
 }
 
+// A model too large for the machine's memory fails to allocate; the Error names the sizes
+// instead of leaving a bare std::bad_alloc.
+[[noreturn]] void too_large(const ModelConfig& c, int64_t max_batch, const char* why) {
+  throw Error("cannot allocate the model (batch " + std::to_string(max_batch) + ", T = " +
+              std::to_string(c.seq_len) + ", d_model = " + std::to_string(c.d_model) + ", heads = " +
+              std::to_string(c.heads) + ", layers = " + std::to_string(c.layers) + ", vocab = " +
+              std::to_string(c.vocab) + "): " + why);
+}
+
 }  // namespace
 
 ModelRunner::ModelRunner(const ModelConfig& config, int64_t max_batch, int threads, uint64_t seed,
-                         bool with_backward)
+                         bool with_backward) try
     : model_(build_model(config, max_batch, with_backward)),
-      executor_(std::make_unique<Executor>(*model_.graph, ExecutorOptions{threads, seed})) {}
+      executor_(std::make_unique<Executor>(*model_.graph, ExecutorOptions{threads, seed})) {
+} catch (const std::bad_alloc&) {
+  too_large(config, max_batch, "out of memory");
+} catch (const std::length_error&) {
+  too_large(config, max_batch, "larger than a buffer can be");
+}
 
 TrainingState ModelRunner::load(const std::string& path, Adam* adam) {
   TrainingState st;
@@ -45,12 +61,19 @@ const TrainerOptions& checked(const TrainerOptions& o) {
   return o;
 }
 
+// The largest batch training runs: batch_size, or the whole training set when that is
+// smaller, so the graph, the arena and the evaluation batches follow the data and not an
+// oversized --batch-size. For batch_size <= the set this is batch_size, so results are as before.
+int64_t max_train_batch(const TrainerOptions& o, const TaskData& data) {
+  return std::max<int64_t>(1, std::min(o.training.batch_size, data.train.size));
+}
+
 }  // namespace
 
 Trainer::Trainer(const ModelConfig& config, const TrainerOptions& options, TaskData data)
     : options_(checked(options)),
       data_(std::move(data)),
-      runner_(config, options.training.batch_size, options.threads, options.seed, true),
+      runner_(config, max_train_batch(options_, data_), options.threads, options.seed, true),
       order_rng_(options.seed + 1) {
   const TrainingConfig& t = options_.training;
   validate_dataset(data_.train, config, "training set");

@@ -63,6 +63,7 @@ struct SequenceResult {
 // loaded from a checkpoint, without training).
 class ModelRunner {
  public:
+  // Throws Error naming the sizes when the model does not fit in memory.
   ModelRunner(const ModelConfig& config, int64_t max_batch, int threads, uint64_t seed, bool with_backward);
   // Loads the parameters (and, with an Adam, its moments) from a checkpoint of this model.
   TrainingState load(const std::string& checkpoint_path, Adam* adam = nullptr);
@@ -85,7 +86,9 @@ class ModelRunner {
 
 class Trainer {
  public:
-  // data.val may be empty (size 0): validation accuracy is then reported as 0.
+  // data.val may be empty (size 0): validation accuracy is then reported as 0. The graph (and
+  // so the arena, and the evaluation batches) is sized for min(batch_size, training set size)
+  // sequences, the largest batch training runs.
   Trainer(const ModelConfig& config, const TrainerOptions& options, TaskData data);
 
   // Loads parameters, Adam moments and the data position from a checkpoint of the same model.

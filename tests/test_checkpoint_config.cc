@@ -1,6 +1,6 @@
 // The model configuration as JSON and as checkpoint entries (models/checkpoint_config.h,
-// models/model_config_json.h), and checkpoints whose config disagrees with their tensors or
-// whose weights are not finite.
+// models/model_config_json.h), checkpoints whose config disagrees with their tensors or whose
+// weights are not finite, and the trainer's graph sized for the data, not the batch size.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -217,6 +217,35 @@ TEST_CASE("a checkpoint with NaN or Inf in a weight or a moment is refused on lo
   poison(real, bad, "optimizer.v.tok.weight", 0, std::numeric_limits<float>::infinity());
   require_file_error([&] { trainable.load(bad, &adam); }, bad, "tensor \"optimizer.v.tok.weight\" [10, 32] holds Inf");
   trainable.load(bad);  // without an Adam the moments are not read
+}
+
+TEST_CASE("trainer: the graph follows the training set, not a batch size far above it") {
+  const ModelConfig c = lesson_config("neighbor-sum");
+  auto options = [](int64_t batch) {
+    TrainerOptions o;
+    o.training = lesson_training("neighbor-sum");
+    o.training.epochs = 2;
+    o.training.batch_size = batch;
+    o.seed = 3;
+    o.threads = 2;
+    return o;
+  };
+  const TaskData data = generate_task_data(c, 50, 20, 3);
+  Trainer huge(c, options(1000000), data);
+  Trainer fitting(c, options(50), data);
+  CHECK(huge.executor().graph().max_batch() == 50);
+  CHECK(huge.executor().plan().arena_bytes == fitting.executor().plan().arena_bytes);
+  CHECK(huge.executor().plan().arena_bytes < (int64_t{64} << 20));
+  CHECK(huge.batches_per_epoch() == 1);
+  huge.train();
+  fitting.train();
+  REQUIRE(huge.losses().size() == 2);
+  CHECK(std::memcmp(huge.losses().data(), fitting.losses().data(), 2 * sizeof(float)) == 0);
+  CHECK(huge.evaluate(huge.data().val).correct == fitting.evaluate(fitting.data().val).correct);
+
+  // Batch sizes within the set keep their graph.
+  Trainer normal(c, options(16), data);
+  CHECK(normal.executor().graph().max_batch() == 16);
 }
 
 }  // namespace
