@@ -1,6 +1,7 @@
 #include "checkpoint.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -112,6 +113,36 @@ const TensorBlob& expect_tensor(const SafetensorsFile& file, const std::string& 
   return *t;
 }
 
+// The first NaN or ±Inf among a tensor's F32 values, or -1 when all are finite.
+int64_t first_nonfinite_value(const TensorBlob& t) {
+  const int64_t n = static_cast<int64_t>(t.bytes.size() / sizeof(float));
+  for (int64_t i = 0; i < n; ++i) {
+    float v;
+    std::memcpy(&v, t.bytes.data() + i * sizeof(float), sizeof v);
+    if (!std::isfinite(v)) return i;
+  }
+  return -1;
+}
+
+// Refuses a tensor holding NaN or Inf: a model loaded from it would evaluate and predict
+// without any sign of the fault, and training from it would spread the fault to every weight.
+void check_finite(const TensorBlob& t, const std::string& path) {
+  const int64_t i = first_nonfinite_value(t);
+  if (i < 0) return;
+  float v;
+  std::memcpy(&v, t.bytes.data() + i * sizeof(float), sizeof v);
+  std::vector<int64_t> index(t.shape.size());
+  int64_t rest = i;
+  for (size_t d = t.shape.size(); d-- > 0;) {
+    index[d] = rest % t.shape[d];
+    rest /= t.shape[d];
+  }
+  const std::string value = std::isnan(v) ? "NaN" : v > 0 ? "Inf" : "-Inf";
+  throw FileError(path + ": tensor " + quote(t.name) + " " + dims_str(t.shape) + " holds " + value +
+                  " at flat position " + std::to_string(i) + " (index " + dims_str(index) +
+                  "); a checkpoint with non-finite values is not loaded");
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& path, const Executor& ex, const Adam* adam,
@@ -189,6 +220,8 @@ void load_checkpoint(const std::string& path, Executor& ex, Adam* adam, Training
       copies.push_back({&expect_tensor(file, kMomentV + p.name, shape, path), adam->v() + p.offset});
     }
   }
+
+  for (const Copy& c : copies) check_finite(*c.src, path);
 
   // Everything checked: commit. Nothing below throws.
   for (const Copy& c : copies)

@@ -39,7 +39,8 @@ void save_checkpoint(const std::string& path, const Executor& ex, const Adam* ad
 // which case optimizer tensors in the file are ignored) and st (step, data position, RNG,
 // config). Validates everything against ex.graph() first and throws FileError naming the file
 // and the tensor for a missing or unexpected tensor, a wrong dtype, a shape that differs from
-// the parameter's, or missing/garbled metadata. On any error nothing in ex, adam or st changes.
+// the parameter's, a NaN or Inf in a parameter or moment (the message gives the flat position
+// and the index), or missing/garbled metadata. On any error nothing in ex, adam or st changes.
 void load_checkpoint(const std::string& path, Executor& ex, Adam* adam, TrainingState& st);
 
 // The file's whole "__metadata__" (e.g. to rebuild the model from its "config." entries

@@ -1,8 +1,13 @@
 #include "engine/safetensors.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -149,22 +154,29 @@ const TensorBlob* SafetensorsFile::find(const std::string& name) const {
   return nullptr;
 }
 
-SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, const std::string& what) {
-  if (size < 8)
-    throw FileError(what + ": file is " + std::to_string(size) +
+namespace {
+
+// The header's length from the first 8 bytes, checked against the limit and the file size.
+uint64_t header_length(const uint8_t* first8, uint64_t file_size, const std::string& what) {
+  if (file_size < 8)
+    throw FileError(what + ": file is " + std::to_string(file_size) +
                     " bytes, shorter than the 8-byte header length");
   uint64_t header_len;
-  std::memcpy(&header_len, data, 8);
+  std::memcpy(&header_len, first8, 8);
   if (header_len > kMaxHeader)
     throw FileError(what + ": header length " + std::to_string(header_len) +
                     " is absurd (limit " + std::to_string(kMaxHeader) + " bytes)");
-  if (header_len > size - 8)
+  if (header_len > file_size - 8)
     throw FileError(what + ": header length " + std::to_string(header_len) +
-                    " runs past the end of the file (" + std::to_string(size) + " bytes)");
-  json header = parse_header_json(
-      std::string(reinterpret_cast<const char*>(data + 8), static_cast<size_t>(header_len)), what);
+                    " runs past the end of the file (" + std::to_string(file_size) + " bytes)");
+  return header_len;
+}
 
-  SafetensorsFile file;
+// Parses the header text and checks the tensors' layout against a data section of
+// data_size bytes. Returns the entries in data-offset order; fills `metadata`.
+std::vector<Entry> parse_layout(const std::string& header_text, uint64_t data_size, const std::string& what,
+                                std::map<std::string, std::string>* metadata) {
+  json header = parse_header_json(header_text, what);
   std::vector<Entry> entries;
   for (const auto& [name, info] : header.items()) {
     if (name == kMetadataKey) {
@@ -172,7 +184,7 @@ SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, const std::s
       for (const auto& [key, value] : info.items()) {
         if (!value.is_string())
           throw FileError(what + ": __metadata__ value " + quote(key) + " is not a string");
-        file.metadata[key] = value.get<std::string>();
+        (*metadata)[key] = value.get<std::string>();
       }
       continue;
     }
@@ -181,7 +193,6 @@ SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, const std::s
 
   // The tensors must tile the data buffer exactly: sorted by offset, each starts where the
   // previous one ended, the first at 0, the last at the end of the file.
-  const uint64_t data_size = size - 8 - header_len;
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
@@ -207,7 +218,17 @@ SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, const std::s
     throw FileError(what + ": " + std::to_string(data_size - covered) +
                     " bytes of data after the last tensor (tensors cover " +
                     std::to_string(covered) + " of " + std::to_string(data_size) + " bytes)");
+  return entries;
+}
 
+}  // namespace
+
+SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, const std::string& what) {
+  const uint64_t header_len = header_length(data, size, what);
+  SafetensorsFile file;
+  std::vector<Entry> entries = parse_layout(
+      std::string(reinterpret_cast<const char*>(data + 8), static_cast<size_t>(header_len)),
+      size - 8 - header_len, what, &file.metadata);
   const uint8_t* base = data + 8 + header_len;
   for (Entry& e : entries) {
     TensorBlob t;
@@ -218,6 +239,33 @@ SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, const std::s
     file.tensors.push_back(std::move(t));
   }
   return file;
+}
+
+const TensorInfo* SafetensorsHeader::find(const std::string& name) const {
+  for (const TensorInfo& t : tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+SafetensorsHeader read_safetensors_header(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw FileError(path + ": cannot open: " + std::strerror(errno));
+  // Closes the file on every path out of this function.
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(f, &std::fclose);
+  struct stat st {};
+  if (::fstat(::fileno(f), &st) != 0) throw FileError(path + ": cannot stat: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw FileError(path + ": not a regular file");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  uint8_t first8[8] = {};
+  if (size >= 8 && std::fread(first8, 1, 8, f) != 8) throw FileError(path + ": read failed");
+  const uint64_t header_len = header_length(first8, size, path);
+  std::string text(static_cast<size_t>(header_len), '\0');
+  if (header_len && std::fread(text.data(), 1, text.size(), f) != text.size())
+    throw FileError(path + ": read failed (header of " + std::to_string(header_len) + " bytes)");
+  SafetensorsHeader header;
+  for (Entry& e : parse_layout(text, size - 8 - header_len, path, &header.metadata))
+    header.tensors.push_back({std::move(e.name), std::move(e.dtype), std::move(e.shape), e.end - e.begin});
+  return header;
 }
 
 SafetensorsFile read_safetensors(const std::string& path) {

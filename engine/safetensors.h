@@ -39,6 +39,25 @@ size_t safetensors_dtype_size(const std::string& dtype);
 SafetensorsFile parse_safetensors(const uint8_t* data, size_t size, const std::string& what);
 SafetensorsFile read_safetensors(const std::string& path);
 
+// One tensor's header entry, without its bytes.
+struct TensorInfo {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  uint64_t bytes = 0;  // numel · dtype_size(dtype)
+};
+
+struct SafetensorsHeader {
+  std::map<std::string, std::string> metadata;
+  std::vector<TensorInfo> tensors;                        // in data-offset order
+  const TensorInfo* find(const std::string& name) const;  // nullptr if absent
+};
+
+// Reads only the 8-byte length and the JSON header (not the tensors' data), with the same
+// checks as read_safetensors, the layout checked against the file's size. For looking at a
+// file's names and shapes before deciding to load it.
+SafetensorsHeader read_safetensors_header(const std::string& path);
+
 // Writes atomically (see write_file_atomic), tensors in the given order with contiguous
 // offsets from 0, header padded with spaces to a multiple of 8, "__metadata__" omitted when
 // empty. Throws FileError for duplicate or empty names, unknown dtypes, or a size mismatch.

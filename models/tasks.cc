@@ -114,20 +114,53 @@ TaskData generate_task_data(const ModelConfig& c, int64_t train_size, int64_t va
   return data;
 }
 
-void validate_dataset(const Dataset& d, const ModelConfig& c, const std::string& what) {
+namespace {
+
+std::string at_text(const Dataset& d, size_t i) {
+  return "[" + std::to_string(i / static_cast<size_t>(d.seq_len)) + ", " +
+         std::to_string(i % static_cast<size_t>(d.seq_len)) + "]";
+}
+
+// validate_dataset with the tokens' and the targets' names apart (e.g. "data.npz: 'X_train'"
+// and "data.npz: 'Y_train'"); `what` names both. The messages name the other party to the
+// disagreement as config_source ("the model", "the checkpoint runs/x/model.safetensors").
+void validate_against(const Dataset& d, const ModelConfig& c, const std::string& what, const std::string& x_what,
+                      const std::string& y_what, const std::string& config_source) {
   if (d.size < 1) throw Error(what + ": no sequences");
   if (d.seq_len != c.seq_len)
-    throw Error(what + ": sequences have length " + std::to_string(d.seq_len) + ", the model's T is " +
-                std::to_string(c.seq_len));
+    throw Error(what + ": sequences have length " + std::to_string(d.seq_len) + " but " + config_source +
+                " has T (seq_len) " + std::to_string(c.seq_len));
   for (size_t i = 0; i < d.x.size(); ++i) {
-    if (d.x[i] < 0 || d.x[i] >= c.vocab)
-      throw Error(what + ": token " + std::to_string(d.x[i]) + " at [" + std::to_string(i / d.seq_len) + ", " +
-                  std::to_string(i % d.seq_len) + "] is outside the vocabulary [0, " + std::to_string(c.vocab) + ")");
-    if (d.y[i] < -1 || d.y[i] >= c.classes)
-      throw Error(what + ": target " + std::to_string(d.y[i]) + " at [" + std::to_string(i / d.seq_len) + ", " +
-                  std::to_string(i % d.seq_len) + "] is outside [0, " + std::to_string(c.classes) +
-                  ") (or -1 = ignored)");
+    if (d.x[i] < 0 || d.x[i] >= c.vocab) {
+      const auto [lo, hi] = std::minmax_element(d.x.begin(), d.x.end());
+      if (*hi >= c.vocab)
+        throw Error(x_what + " has tokens up to " + std::to_string(*hi) + " but " + config_source + " has vocab " +
+                    std::to_string(c.vocab) + " (first outside the vocabulary [0, " + std::to_string(c.vocab) +
+                    "): token " + std::to_string(d.x[i]) + " at " + at_text(d, i) + ")");
+      throw Error(x_what + " has a negative token " + std::to_string(*lo) + " (first: " + std::to_string(d.x[i]) +
+                  " at " + at_text(d, i) + "), outside the vocabulary [0, " + std::to_string(c.vocab) + ") of " +
+                  config_source);
+    }
   }
+  for (size_t i = 0; i < d.y.size(); ++i) {
+    if (d.y[i] < -1 || d.y[i] >= c.classes) {
+      const auto [lo, hi] = std::minmax_element(d.y.begin(), d.y.end());
+      if (*hi >= c.classes)
+        throw Error(y_what + " has targets up to " + std::to_string(*hi) + " but " + config_source + " has classes " +
+                    std::to_string(c.classes) + " (first outside [0, " + std::to_string(c.classes) + "): target " +
+                    std::to_string(d.y[i]) + " at " + at_text(d, i) + ")");
+      throw Error(y_what + " has target " + std::to_string(*lo) + " (first: " + std::to_string(d.y[i]) + " at " +
+                  at_text(d, i) + "), outside [0, " + std::to_string(c.classes) + ") of " + config_source +
+                  " (or -1 = ignored)");
+    }
+  }
+}
+
+}  // namespace
+
+void validate_dataset(const Dataset& d, const ModelConfig& c, const std::string& what,
+                      const std::string& config_source) {
+  validate_against(d, c, what, what, what, config_source);
 }
 
 namespace {
@@ -155,7 +188,8 @@ std::vector<int32_t> int_array(const std::map<std::string, NpyArray>& arrays, co
 }
 
 Dataset dataset_from(const std::map<std::string, NpyArray>& arrays, const std::string& path,
-                     const std::string& xs, const std::string& ys, const ModelConfig& c) {
+                     const std::string& xs, const std::string& ys, const ModelConfig& c,
+                     const std::string& config_source) {
   std::vector<int64_t> xshape, yshape;
   Dataset d;
   d.x = int_array(arrays, path, xs, &xshape);
@@ -165,17 +199,18 @@ Dataset dataset_from(const std::map<std::string, NpyArray>& arrays, const std::s
                     "] but '" + ys + "' is [" + std::to_string(yshape[0]) + ", " + std::to_string(yshape[1]) +
                     "]; they must have the same shape");
   d.size = xshape[0], d.seq_len = xshape[1];
-  validate_dataset(d, c, path + ": '" + xs + "'/'" + ys + "'");
+  validate_against(d, c, path + ": '" + xs + "'/'" + ys + "'", path + ": '" + xs + "'", path + ": '" + ys + "'",
+                   config_source);
   return d;
 }
 
 }  // namespace
 
-TaskData load_task_data(const std::string& path, const ModelConfig& c) {
+TaskData load_task_data(const std::string& path, const ModelConfig& c, const std::string& config_source) {
   const auto arrays = read_npz(path);
   TaskData data;
-  data.train = dataset_from(arrays, path, "X_train", "Y_train", c);
-  data.val = dataset_from(arrays, path, "X_val", "Y_val", c);
+  data.train = dataset_from(arrays, path, "X_train", "Y_train", c, config_source);
+  data.val = dataset_from(arrays, path, "X_val", "Y_val", c, config_source);
   return data;
 }
 

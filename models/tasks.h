@@ -61,14 +61,19 @@ TaskData generate_task_data(const ModelConfig& config, int64_t train_size, int64
                             uint64_t seed);
 
 // Checks a dataset against a model: shape [N, T] with N ≥ 1, tokens in [0, vocab), targets in
-// [0, classes) or −1. Throws Error naming `what` (e.g. "data.npz: 'X_train'") and the first
-// bad value with its index.
-void validate_dataset(const Dataset& d, const ModelConfig& config, const std::string& what);
+// [0, classes) or −1. Throws Error naming `what` (e.g. "data.npz: 'X_train'"), the largest
+// (or negative) value, the first bad value with its index, and config_source, the other party:
+//   "data.npz: 'X_train' has tokens up to 15 but the checkpoint runs/x/model.safetensors has
+//    vocab 10 (first outside the vocabulary [0, 10): token 12 at [0, 3])".
+void validate_dataset(const Dataset& d, const ModelConfig& config, const std::string& what,
+                      const std::string& config_source = "the model");
 
 // Reads X_train, Y_train, X_val, Y_val (integer arrays [N, T], written by np.savez or
-// np.savez_compressed) and validates them against config. Throws FileError / Error naming
-// the file and the array.
-TaskData load_task_data(const std::string& path, const ModelConfig& config);
+// np.savez_compressed) and validates them against config, which comes from config_source
+// (e.g. "the checkpoint runs/x/model.safetensors" when resuming). Throws FileError / Error
+// naming the file, the array and config_source.
+TaskData load_task_data(const std::string& path, const ModelConfig& config,
+                        const std::string& config_source = "the model");
 
 // Accuracy counts over the positions that have an answer (target ≥ 0).
 struct Accuracy {

@@ -1,13 +1,13 @@
 #include "models/trainer.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <numeric>
+#include <stdexcept>
 
 #include "engine/checkpoint.h"
 #include "engine/error.h"
@@ -22,127 +22,26 @@ std::string float_text(float v) {
   return buf;
 }
 
-std::string join(const std::vector<int64_t>& v) {
-  std::string s;
-  for (int64_t x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
-  return s;
-}
-
-const std::string& entry(const std::map<std::string, std::string>& meta, const std::string& key,
-                         const std::string& path) {
-  auto it = meta.find("config." + key);
-  if (it == meta.end()) throw FileError(path + ": checkpoint metadata has no 'config." + key + "'");
-  return it->second;
-}
-
-int64_t int_entry(const std::map<std::string, std::string>& meta, const std::string& key,
-                  const std::string& path) {
-  const std::string& s = entry(meta, key, path);
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || *end != '\0' || errno != 0)
-    throw FileError(path + ": checkpoint metadata 'config." + key + "' = '" + s + "' is not an integer");
-  return v;
-}
-
-bool bool_entry(const std::map<std::string, std::string>& meta, const std::string& key, const std::string& path) {
-  const std::string& s = entry(meta, key, path);
-  if (s != "true" && s != "false")
-    throw FileError(path + ": checkpoint metadata 'config." + key + "' = '" + s + "' is not true/false");
-  return s == "true";
+// A model too large for the machine's memory fails to allocate; the Error names the sizes
+// instead of leaving a bare std::bad_alloc.
+[[noreturn]] void too_large(const ModelConfig& c, int64_t max_batch, const char* why) {
+  throw Error("cannot allocate the model (batch " + std::to_string(max_batch) + ", T = " +
+              std::to_string(c.seq_len) + ", d_model = " + std::to_string(c.d_model) + ", heads = " +
+              std::to_string(c.heads) + ", layers = " + std::to_string(c.layers) + ", vocab = " +
+              std::to_string(c.vocab) + "): " + why);
 }
 
 }  // namespace
 
-std::map<std::string, std::string> config_entries(const ModelConfig& c, const TrainerOptions& o) {
-  return {
-      {"task", c.task},
-      {"vocab", std::to_string(c.vocab)},
-      {"classes", std::to_string(c.classes)},
-      {"seq_len", std::to_string(c.seq_len)},
-      {"d_model", std::to_string(c.d_model)},
-      {"heads", std::to_string(c.heads)},
-      {"layers", std::to_string(c.layers)},
-      {"positions", c.positions ? "true" : "false"},
-      {"causal", c.causal ? "true" : "false"},
-      {"head", c.head == HeadKind::kMlp ? "mlp" : "layernorm-linear"},
-      {"mlp_hidden", std::to_string(c.mlp_hidden)},
-      {"pre_norm", c.pre_norm ? "true" : "false"},
-      {"block_mlp", std::to_string(c.block_mlp)},
-      {"epochs", std::to_string(o.training.epochs)},
-      {"batch_size", std::to_string(o.training.batch_size)},
-      {"lr", float_text(o.training.lr)},
-      {"train_size", std::to_string(o.training.train_size)},
-      {"val_size", std::to_string(o.training.val_size)},
-      {"snapshot_steps", o.training.snapshot_steps.empty() ? "none" : join(o.training.snapshot_steps)},
-      {"seed", std::to_string(o.seed)},
-      {"sample", std::to_string(o.sample)},
-      {"data", o.data_path.empty() ? "generated" : o.data_path},
-  };
-}
-
-ModelConfig model_config_from_metadata(const std::map<std::string, std::string>& meta, const std::string& path) {
-  ModelConfig c;
-  c.task = entry(meta, "task", path);
-  c.vocab = int_entry(meta, "vocab", path);
-  c.classes = int_entry(meta, "classes", path);
-  c.seq_len = int_entry(meta, "seq_len", path);
-  c.d_model = int_entry(meta, "d_model", path);
-  c.heads = int_entry(meta, "heads", path);
-  c.layers = int_entry(meta, "layers", path);
-  c.positions = bool_entry(meta, "positions", path);
-  c.causal = bool_entry(meta, "causal", path);
-  const std::string& head = entry(meta, "head", path);
-  if (head != "mlp" && head != "layernorm-linear")
-    throw FileError(path + ": checkpoint metadata 'config.head' = '" + head + "' is not mlp/layernorm-linear");
-  c.head = head == "mlp" ? HeadKind::kMlp : HeadKind::kLayerNormLinear;
-  c.mlp_hidden = int_entry(meta, "mlp_hidden", path);
-  c.pre_norm = bool_entry(meta, "pre_norm", path);
-  c.block_mlp = int_entry(meta, "block_mlp", path);
-  try {
-    validate_config(c);
-  } catch (const Error& e) {
-    throw FileError(path + ": " + e.what());
-  }
-  return c;
-}
-
-TrainerOptions trainer_options_from_metadata(const std::map<std::string, std::string>& meta, const std::string& path) {
-  TrainerOptions o;
-  o.training.epochs = int_entry(meta, "epochs", path);
-  o.training.batch_size = int_entry(meta, "batch_size", path);
-  const std::string& lr = entry(meta, "lr", path);
-  char* end = nullptr;
-  o.training.lr = std::strtof(lr.c_str(), &end);
-  if (lr.empty() || *end != '\0') throw FileError(path + ": checkpoint metadata 'config.lr' = '" + lr + "' is not a number");
-  o.training.train_size = int_entry(meta, "train_size", path);
-  o.training.val_size = int_entry(meta, "val_size", path);
-  const std::string& steps = entry(meta, "snapshot_steps", path);
-  if (steps != "none") {
-    size_t pos = 0;
-    while (pos <= steps.size()) {
-      const size_t comma = std::min(steps.find(',', pos), steps.size());
-      const std::string item = steps.substr(pos, comma - pos);
-      char* e = nullptr;
-      const long long v = std::strtoll(item.c_str(), &e, 10);
-      if (item.empty() || *e != '\0' || v < 0)
-        throw FileError(path + ": checkpoint metadata 'config.snapshot_steps' = '" + steps + "' is malformed");
-      o.training.snapshot_steps.push_back(v);
-      pos = comma + 1;
-    }
-  }
-  o.seed = static_cast<uint64_t>(int_entry(meta, "seed", path));
-  o.sample = int_entry(meta, "sample", path);
-  const std::string& data = entry(meta, "data", path);
-  o.data_path = data == "generated" ? "" : data;
-  return o;
-}
-
 ModelRunner::ModelRunner(const ModelConfig& config, int64_t max_batch, int threads, uint64_t seed,
-                         bool with_backward)
+                         bool with_backward) try
     : model_(build_model(config, max_batch, with_backward)),
-      executor_(std::make_unique<Executor>(*model_.graph, ExecutorOptions{threads, seed})) {}
+      executor_(std::make_unique<Executor>(*model_.graph, ExecutorOptions{threads, seed})) {
+} catch (const std::bad_alloc&) {
+  too_large(config, max_batch, "out of memory");
+} catch (const std::length_error&) {
+  too_large(config, max_batch, "larger than a buffer can be");
+}
 
 TrainingState ModelRunner::load(const std::string& path, Adam* adam) {
   TrainingState st;
@@ -162,12 +61,19 @@ const TrainerOptions& checked(const TrainerOptions& o) {
   return o;
 }
 
+// The largest batch training runs: batch_size, or the whole training set when that is
+// smaller, so the graph, the arena and the evaluation batches follow the data and not an
+// oversized --batch-size. For batch_size <= the set this is batch_size, so results are as before.
+int64_t max_train_batch(const TrainerOptions& o, const TaskData& data) {
+  return std::max<int64_t>(1, std::min(o.training.batch_size, data.train.size));
+}
+
 }  // namespace
 
 Trainer::Trainer(const ModelConfig& config, const TrainerOptions& options, TaskData data)
     : options_(checked(options)),
       data_(std::move(data)),
-      runner_(config, options.training.batch_size, options.threads, options.seed, true),
+      runner_(config, max_train_batch(options_, data_), options.threads, options.seed, true),
       order_rng_(options.seed + 1) {
   const TrainingConfig& t = options_.training;
   validate_dataset(data_.train, config, "training set");

@@ -18,6 +18,7 @@
 #include "../engine/executor.h"
 #include "../engine/optimizer.h"
 #include "../engine/rng.h"
+#include "checkpoint_config.h"  // config_entries, model_config_from_metadata, …
 #include "lessons.h"
 #include "tasks.h"
 
@@ -58,18 +59,11 @@ struct SequenceResult {
   std::vector<int32_t> predictions; // [T]: argmax over classes
 };
 
-// The checkpoint "config." entries of a model and its training, and back.
-std::map<std::string, std::string> config_entries(const ModelConfig& model, const TrainerOptions& options);
-// Rebuilds the model configuration from read_checkpoint_metadata(); throws FileError naming
-// `path` for a missing or malformed entry.
-ModelConfig model_config_from_metadata(const std::map<std::string, std::string>& meta, const std::string& path);
-// The training options stored with it (epochs, batch_size, lr, seed, sizes, snapshot steps).
-TrainerOptions trainer_options_from_metadata(const std::map<std::string, std::string>& meta, const std::string& path);
-
 // A built model with its executor: evaluation and single-sequence runs (also for a model
 // loaded from a checkpoint, without training).
 class ModelRunner {
  public:
+  // Throws Error naming the sizes when the model does not fit in memory.
   ModelRunner(const ModelConfig& config, int64_t max_batch, int threads, uint64_t seed, bool with_backward);
   // Loads the parameters (and, with an Adam, its moments) from a checkpoint of this model.
   TrainingState load(const std::string& checkpoint_path, Adam* adam = nullptr);
@@ -92,7 +86,9 @@ class ModelRunner {
 
 class Trainer {
  public:
-  // data.val may be empty (size 0): validation accuracy is then reported as 0.
+  // data.val may be empty (size 0): validation accuracy is then reported as 0. The graph (and
+  // so the arena, and the evaluation batches) is sized for min(batch_size, training set size)
+  // sequences, the largest batch training runs.
   Trainer(const ModelConfig& config, const TrainerOptions& options, TaskData data);
 
   // Loads parameters, Adam moments and the data position from a checkpoint of the same model.

@@ -1,11 +1,13 @@
 // Checkpoints: exact resume (bitwise), atomic resave, and strict validation on load.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -281,6 +283,23 @@ TEST_CASE("loading a wrong or damaged checkpoint throws a named error and change
     unchanged();
   };
 
+  SECTION("a NaN in a parameter: tensor, flat position and index named") {
+    SafetensorsFile f = good;
+    TensorBlob* t = nullptr;
+    for (TensorBlob& b : f.tensors)
+      if (b.name == "tok.weight") t = &b;
+    REQUIRE(t != nullptr);
+    const float nan = std::nanf("");
+    std::memcpy(t->bytes.data() + (2 * 32 + 5) * 4, &nan, 4);
+    expect_rejected(f, "tensor \"tok.weight\" [10, 32] holds NaN at flat position 69 (index [2, 5])");
+  }
+  SECTION("an Inf in an Adam moment") {
+    SafetensorsFile f = good;
+    const float inf = std::numeric_limits<float>::infinity();
+    for (TensorBlob& b : f.tensors)
+      if (b.name == "optimizer.m.tok.weight") std::memcpy(b.bytes.data(), &inf, 4);
+    expect_rejected(f, "tensor \"optimizer.m.tok.weight\" [10, 32] holds Inf at flat position 0 (index [0, 0])");
+  }
   SECTION("a missing parameter tensor") {
     SafetensorsFile f = good;
     f.tensors.erase(f.tensors.begin());

@@ -162,6 +162,7 @@ TEST_CASE("write_safetensors refuses bad tensors and leaves no file", "[safetens
   TEST_CASE("malformed " file " is rejected", "[malformed]") {                    \
     const std::string path = fixture(file);                                       \
     require_file_error([&] { read_safetensors(path); }, path, phrase);            \
+    require_file_error([&] { read_safetensors_header(path); }, path, phrase);     \
   }
 
 MALFORMED("st_too_short.safetensors", "file is 5 bytes, shorter than the 8-byte header length")
@@ -190,6 +191,23 @@ MALFORMED("st_duplicate_names.safetensors", "duplicate tensor name 'w'")
 TEST_CASE("a missing safetensors file is a FileError naming the path", "[malformed]") {
   const std::string path = fixture("nothing_here.safetensors");
   require_file_error([&] { read_safetensors(path); }, path, "cannot open");
+  require_file_error([&] { read_safetensors_header(path); }, path, "cannot open");
+}
+
+TEST_CASE("read_safetensors_header gives the names, dtypes, shapes and metadata without the data", "[safetensors]") {
+  const SafetensorsFile whole = read_safetensors(fixture("ok.safetensors"));
+  const SafetensorsHeader h = read_safetensors_header(fixture("ok.safetensors"));
+  CHECK(h.metadata == whole.metadata);
+  REQUIRE(h.tensors.size() == whole.tensors.size());
+  for (size_t i = 0; i < h.tensors.size(); ++i) {
+    CHECK(h.tensors[i].name == whole.tensors[i].name);
+    CHECK(h.tensors[i].dtype == whole.tensors[i].dtype);
+    CHECK(h.tensors[i].shape == whole.tensors[i].shape);
+    CHECK(h.tensors[i].bytes == whole.tensors[i].bytes.size());
+  }
+  REQUIRE(h.find("w") != nullptr);
+  CHECK(h.find("w")->shape == std::vector<int64_t>{2, 3});
+  CHECK(h.find("missing") == nullptr);
 }
 
 // Every prefix and every single-byte corruption of a valid file parses or throws FileError.

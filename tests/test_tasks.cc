@@ -215,12 +215,51 @@ TEST_CASE("npz datasets: read numpy's arrays, reject wrong names, dtypes, shapes
   std::vector<int32_t> x = d.train.x;
   x[13] = 10;
   big_token["X_train"] = make_npy(x.data(), {20, 10});
-  expect_error(big_token, "token 10 at [1, 3] is outside the vocabulary");
+  expect_error(big_token, "has tokens up to 10 but the model has vocab 10 (first outside the vocabulary [0, 10): token 10 at [1, 3])");
   auto bad_target = good;
   std::vector<int32_t> y = d.train.y;
   y[0] = -2;
   bad_target["Y_train"] = make_npy(y.data(), {20, 10});
   expect_error(bad_target, "target -2");
+}
+
+TEST_CASE("npz datasets that disagree with a checkpoint's config name the checkpoint as the other party") {
+  const ModelConfig c = lesson_config("neighbor-sum");  // vocab 10, T 10
+  const TaskData d = generate_task_data(c, 20, 5, 2);
+  std::vector<int32_t> x = d.train.x;
+  x[3] = 12;
+  x[40] = 15;
+  std::map<std::string, NpyArray> arrays = {{"X_train", make_npy(x.data(), {20, 10})},
+                                            {"Y_train", make_npy(d.train.y.data(), {20, 10})},
+                                            {"X_val", make_npy(d.val.x.data(), {5, 10})},
+                                            {"Y_val", make_npy(d.val.y.data(), {5, 10})}};
+  const std::string path = scratch("data.npz");
+  write_npz(path, arrays);
+  const std::string source = "the checkpoint runs/x/model.safetensors";
+  auto message = [&](const std::string& p) {
+    try {
+      load_task_data(p, c, source);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(message(path) == path + ": 'X_train' has tokens up to 15 but the checkpoint runs/x/model.safetensors has "
+                               "vocab 10 (first outside the vocabulary [0, 10): token 12 at [0, 3])");
+
+  std::vector<int32_t> y = d.val.y;
+  y[7] = 11;
+  arrays["X_train"] = make_npy(d.train.x.data(), {20, 10});
+  arrays["Y_val"] = make_npy(y.data(), {5, 10});
+  write_npz(path, arrays);
+  CHECK(message(path) == path + ": 'Y_val' has targets up to 11 but the checkpoint runs/x/model.safetensors has "
+                               "classes 10 (first outside [0, 10): target 11 at [0, 7])");
+
+  arrays["X_val"] = make_npy(d.train.x.data(), {10, 20});
+  arrays["Y_val"] = make_npy(d.train.y.data(), {10, 20});
+  write_npz(path, arrays);
+  CHECK(message(path) == path + ": 'X_val'/'Y_val': sequences have length 20 but the checkpoint "
+                               "runs/x/model.safetensors has T (seq_len) 10");
 }
 
 TrainerOptions small_options(int64_t epochs) {
