@@ -30,7 +30,7 @@ TEST_CASE("reversal at T = 32 over 16 tokens: learned, and every file, eval and 
                    run.string()},
                   dir, "train") == 0);
   const auto m = json_file(run / "metrics.json");
-  CHECK(m["model"]["T"] == 32);
+  CHECK(m["model"]["seq_len"] == 32);
   CHECK(m["model"]["vocab"] == 16);
   CHECK(m["model"]["classes"] == 16);
   CHECK(m["val_accuracy"].get<double>() > 0.9);
@@ -75,7 +75,7 @@ TEST_CASE("task sizes: classes follow the vocabulary, duplicates keeps two, the 
                    "--no-pictures", "--out", (dir / "dup").string()},
                   dir, "dup") == 0);
   CHECK(json_file(dir / "dup" / "metrics.json")["model"]["classes"] == 2);
-  CHECK(json_file(dir / "dup" / "metrics.json")["model"]["T"] == 24);
+  CHECK(json_file(dir / "dup" / "metrics.json")["model"]["seq_len"] == 24);
   struct Bad {
     std::vector<std::string> args;
     std::string message;

@@ -20,6 +20,7 @@
 #include "engine/error.h"
 #include "engine/file_io.h"
 #include "engine/npy.h"
+#include "models/model_config_json.h"
 #include "models/rollout.h"
 
 namespace attnkit::cli {
@@ -187,9 +188,8 @@ RunContents sequence_contents(const ModelConfig& c, const SequenceFiles& f) {
       {"predictions", f.result.predictions},
       {"axis_order", {"layer", "head", "query", "key"}},
       {"axes", "attention.npy is [layers, heads, T, T]: rows are queries, columns are keys, each row sums to 1"},
-      {"sizes", {{"layers", L}, {"heads", H}, {"T", T}, {"vocab", c.vocab}, {"classes", c.classes},
-                 {"d_model", c.d_model}}},
-      {"causal", c.causal},
+      {"sizes", {{"layers", L}, {"heads", H}, {"T", T}}},
+      {"model", model_config_to_json(c)},
   };
   meta["sample"] = f.sample >= 0 ? nlohmann::json(f.sample) : nlohmann::json(nullptr);
   meta["targets"] = f.targets.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.targets);
@@ -282,11 +282,7 @@ RunContents train_contents(Trainer& trainer, const EarlierRun& earlier, const Tr
       {"train_size", trainer.data().train.size},
       {"val_size", val.size},
       {"data", options.data_path.empty() ? "generated" : options.data_path},
-      {"model", {{"layers", config.layers}, {"heads", config.heads}, {"d_model", config.d_model},
-                 {"T", config.seq_len}, {"vocab", config.vocab}, {"classes", config.classes},
-                 {"positions", config.positions}, {"causal", config.causal}, {"pre_norm", config.pre_norm},
-                 {"block_mlp", config.block_mlp},
-                 {"head", config.head == HeadKind::kMlp ? "mlp" : "layernorm-linear"}}},
+      {"model", model_config_to_json(config)},
       {"resumed_from", info.resumed_from.empty() ? nlohmann::json(nullptr) : nlohmann::json(info.resumed_from)},
   };
   return contents;

@@ -206,7 +206,8 @@ int run_train(const TrainArgs& a) {
 
   TaskData data;
   if (!options.data_path.empty()) {
-    data = load_task_data(options.data_path, config);
+    data = load_task_data(options.data_path, config,
+                          resume_checkpoint.empty() ? "the model" : "the checkpoint " + resume_checkpoint);
     options.training.train_size = data.train.size;
     options.training.val_size = data.val.size;
   } else {
@@ -349,7 +350,7 @@ int run_eval(const EvalArgs& a) {
   Dataset d;
   std::string source;
   if (!a.data.empty()) {
-    d = load_task_data(a.data, m.config).val;
+    d = load_task_data(a.data, m.config, "the checkpoint " + path).val;
     source = a.data + " (X_val, Y_val)";
   } else {
     const uint64_t seed = std::find(a.given.begin(), a.given.end(), "seed") != a.given.end() ? a.seed : m.options.seed + 1000;
