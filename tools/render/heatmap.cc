@@ -194,9 +194,11 @@ std::string format_weight(double w, int decimals) {
 }
 
 int64_t heatmap_block(int64_t rows, int64_t cols, int64_t maps) {
-  // Grids share one budget: each of n maps gets 512 / sqrt(n) cells a side (at least 32).
-  const double side = std::max(32.0, std::floor(static_cast<double>(kMaxDrawnCells) /
-                                                std::sqrt(static_cast<double>(std::max<int64_t>(1, maps)))));
+  // Grids share a budget of 4 maps' cells: each of n maps gets 1024 / sqrt(n) cells a side, at
+  // most 512 (so 8 × 8 heads of 128 tokens are still drawn cell by cell) and at least 32.
+  const double side = std::clamp(std::floor(2.0 * static_cast<double>(kMaxDrawnCells) /
+                                            std::sqrt(static_cast<double>(std::max<int64_t>(1, maps)))),
+                                 32.0, static_cast<double>(kMaxDrawnCells));
   const int64_t budget = static_cast<int64_t>(side), n = std::max(rows, cols);
   return std::max<int64_t>(1, (n + budget - 1) / budget);
 }

@@ -22,7 +22,8 @@ struct HeatmapOptions {
 // Maps with more rows or columns than this are drawn in square blocks of cells: each drawn cell
 // shows the largest weight of its block (so a one-cell-wide diagonal stays visible), and a note
 // under the picture says so. It bounds the shapes a picture holds (about 512² cells, whatever
-// the map's size) and so its memory and drawing time. Grids share the budget among their maps.
+// the map's size) and so its memory and drawing time. Grids of n maps draw 1024/√n cells a side
+// (at most 512, at least 32), about 4 maps' worth in all.
 constexpr int64_t kMaxDrawnCells = 512;
 
 // The block side (1: cell by cell) for a grid of `maps` maps of rows × cols, and the note the
