@@ -111,7 +111,7 @@ std::vector<std::string> render_attention_file(const RenderRequest& r) {
     const auto [l, h] = picked[0];
     const std::string what = map_name(a, l, h);
     o.title = !r.title.empty() ? r.title : what.empty() ? name : name + ": " + what;
-    if (heatmap_block(a.rows, a.cols) > 1) warnings.push_back(name + ": " + heatmap_block_note(a.rows, a.cols));
+    if (const std::string note = heatmap_block_note(a.rows, a.cols); !note.empty()) warnings.push_back(name + ": " + note);
     save_figure(heatmap_figure(a.map(l, h), a.rows, a.cols, queries, r.key_tokens, o), r.output, r.scale);
   } else {
     o.title = r.title.empty() ? name : r.title;
@@ -119,8 +119,8 @@ std::vector<std::string> render_attention_file(const RenderRequest& r) {
     std::vector<std::string> titles;
     for (const auto& [l, h] : picked) maps.push_back(a.map(l, h)), titles.push_back(map_name(a, l, h));
     const int64_t cols = r.head >= 0 ? std::min<int64_t>(8, static_cast<int64_t>(picked.size())) : a.heads;
-    const int64_t n = static_cast<int64_t>(maps.size());
-    if (heatmap_block(a.rows, a.cols, n) > 1) warnings.push_back(name + ": " + heatmap_block_note(a.rows, a.cols, n));
+    const std::string note = heatmap_block_note(a.rows, a.cols, static_cast<int64_t>(maps.size()));
+    if (!note.empty()) warnings.push_back(name + ": " + note);
     save_figure(heatmap_grid(maps, titles, cols, a.rows, a.cols, queries, r.key_tokens, o), r.output, r.scale);
   }
   return warnings;
