@@ -17,6 +17,7 @@
 
 #include "engine/error.h"
 #include "file_test_util.h"
+#include "skip_test_util.h"
 #include "engine/file_io.h"
 #include "engine/npy.h"
 #include "engine/npz.h"
@@ -44,11 +45,7 @@ struct TempDir : testing::TempDir {
   TempDir() : testing::TempDir("attnkit_test_npy") {}
 };
 
-bool have_numpy() {
-  if (std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0) return true;
-  WARN("skipped: /usr/bin/python3 with numpy is not available");
-  return false;
-}
+bool have_numpy() { return std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0; }
 
 // Runs a Python snippet (no single quotes inside) and returns its exit code.
 int run_python(const std::string& code) {
@@ -206,18 +203,28 @@ TEST_CASE("write_npy then read_npy round-trips float32, int32 and int64", "[npy]
   CHECK(raw[raw.size() - 25] == '\n');
 }
 
-TEST_CASE("write_npz then read_npz round-trips and numpy reads both files", "[npz]") {
+namespace {
+
+// The arrays of the round-trip cases: one of each dtype write_npz takes, a 0-d one included.
+const std::vector<float> kF = {0.25f, -1, 2, 4.5f, 1e-3f, -7};
+const std::vector<int32_t> kI = {1, -2, 3};
+const std::vector<int64_t> kL = {int64_t(1) << 40};
+const std::vector<double> kD = {M_PI};
+const std::vector<uint8_t> kU = {0, 255};
+
+std::map<std::string, NpyArray> sample_arrays() {
+  return {{"weights", make_npy(kF.data(), {2, 3})},
+          {"ids", make_npy(kI.data(), {3})},
+          {"big", make_npy(kL.data(), {})},
+          {"pi", make_npy(kD.data(), {1, 1})},
+          {"bytes", make_npy(kU.data(), {2})}};
+}
+
+}  // namespace
+
+TEST_CASE("write_npz then read_npz round-trips", "[npz]") {
   TempDir dir;
-  std::vector<float> f = {0.25f, -1, 2, 4.5f, 1e-3f, -7};
-  std::vector<int32_t> i = {1, -2, 3};
-  std::vector<int64_t> l = {int64_t(1) << 40};
-  std::vector<double> d = {M_PI};
-  std::vector<uint8_t> u = {0, 255};
-  std::map<std::string, NpyArray> arrays = {{"weights", make_npy(f.data(), {2, 3})},
-                                            {"ids", make_npy(i.data(), {3})},
-                                            {"big", make_npy(l.data(), {})},
-                                            {"pi", make_npy(d.data(), {1, 1})},
-                                            {"bytes", make_npy(u.data(), {2})}};
+  const std::map<std::string, NpyArray> arrays = sample_arrays();
   write_npz(dir / "a.npz", arrays);
   auto back = read_npz(dir / "a.npz");
   REQUIRE(back.size() == arrays.size());
@@ -227,9 +234,13 @@ TEST_CASE("write_npz then read_npz round-trips and numpy reads both files", "[np
     CHECK(back[name].shape == a.shape);
     CHECK(back[name].bytes == a.bytes);
   }
-  write_npy(dir / "w.npy", f.data(), {2, 3});
+}
 
-  if (!have_numpy()) return;
+TEST_CASE("numpy reads write_npy's and write_npz's files", "[npz]") {
+  if (!have_numpy()) ATTNKIT_SKIP("/usr/bin/python3 with numpy is not available");
+  TempDir dir;
+  write_npz(dir / "a.npz", sample_arrays());
+  write_npy(dir / "w.npy", kF.data(), {2, 3});
   CHECK(run_python("import numpy as np, zipfile\n"
                    "a = np.load(\"" + dir / "w.npy" + "\")\n"
                    "assert a.dtype == np.float32 and a.shape == (2, 3), a\n"
@@ -530,10 +541,7 @@ TEST_CASE("write_file_atomic writes files whose names are 250 and 255 bytes long
 
 TEST_CASE("write_file_atomic reports a full disk and keeps the old file", "[file_io]") {
   int full = ::open("/dev/full", O_WRONLY);
-  if (full < 0) {
-    WARN("skipped: no /dev/full");
-    return;
-  }
+  if (full < 0) ATTNKIT_SKIP("no /dev/full");
   TempDir dir;
   const std::string path = dir / "model.npy";
   write_file_atomic(path, "old", 3);

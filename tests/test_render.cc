@@ -3,11 +3,16 @@
 // folder rendered whole, report.html opened in headless Chromium, and `attnkit render`.
 #include <catch2/catch.hpp>
 
+#include "skip_test_util.h"
+
 #ifndef ATTNKIT_NO_RENDER
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -164,10 +169,7 @@ TEST_CASE("values in cells follow the lesson's .1f / .2f, zero rounds without a 
 }
 
 TEST_CASE("SVGs parse as XML, cells and drawn links are counted", "[render]") {
-  if (!has_program("/usr/bin/python3")) {
-    WARN("SKIPPED: /usr/bin/python3 is absent, SVGs not parsed");
-    return;
-  }
+  if (!has_program("/usr/bin/python3")) ATTNKIT_SKIP("/usr/bin/python3 is absent, SVGs not parsed");
   const fs::path dir = scratch("svg");
   HeatmapOptions ho;
   ho.title = "Куда смотрит <переводчик> & co";  // escaped in XML
@@ -213,6 +215,133 @@ TEST_CASE("loss curve: nice ticks, PNG of the figure's size", "[render]") {
   const Image img = read_png((dir / "loss.png").string());
   CHECK(img.width() == static_cast<int>(std::ceil(f.width())));
   CHECK(img.height() == static_cast<int>(std::ceil(f.height())));
+}
+
+namespace {
+
+// Every text's box (Figure::text_boxes) inside the picture: fails naming the text and its box.
+void check_texts_inside(const Figure& f, const std::string& what) {
+  INFO(what << ": picture " << f.width() << " x " << f.height());
+  size_t k = 0;
+  int texts = 0;
+  for (const Shape& s : f.shapes()) {
+    if (s.kind != Shape::kText) continue;
+    const Box b = f.text_boxes()[k++];
+    ++texts;
+    INFO("text '" << s.text << "' box [" << b.x0 << ", " << b.y0 << "] - [" << b.x1 << ", " << b.y1 << "]");
+    CHECK(b.x0 >= 0);
+    CHECK(b.y0 >= 0);
+    CHECK(b.x1 <= f.width());
+    CHECK(b.y1 <= f.height());
+  }
+  CHECK(texts > 0);
+}
+
+// The words of the texts drawn in `style`'s weight (bold: titles) joined by spaces.
+std::string bold_words(const Figure& f, double min_size) {
+  std::string words;
+  for (const Shape& s : f.shapes())
+    if (s.kind == Shape::kText && s.style.bold && s.style.size >= min_size) words += (words.empty() ? "" : " ") + s.text;
+  return words;
+}
+
+const std::string kLongTitle =
+    "induction: attention on validation sequence 0, step 150, with a title that goes on and on well past "
+    "the width of any narrow picture";
+
+}  // namespace
+
+TEST_CASE("fit_text shrinks to the floor, then wraps at spaces; elide ends in an ellipsis", "[render]") {
+  const TextStyle title{17, true};
+  const TextBlock one = fit_text("short", title, 400, 11);
+  CHECK(one.lines == std::vector<std::string>{"short"});
+  CHECK(one.style.size == 17);
+  const std::string mid = "a title a little too wide";
+  const double w = text_width(mid, title);
+  const TextBlock shrunk = fit_text(mid, title, w * 0.9, 11);
+  REQUIRE(shrunk.lines.size() == 1);
+  CHECK(shrunk.style.size < 17);
+  CHECK(shrunk.style.size >= 11);
+  CHECK(shrunk.width() <= w * 0.9);
+  const TextBlock wrapped = fit_text(kLongTitle, title, 200, 11);
+  CHECK(wrapped.style.size == 11);
+  CHECK(wrapped.lines.size() > 2);
+  std::string joined;
+  for (const auto& l : wrapped.lines) {
+    CHECK(text_width(l, wrapped.style) <= 200);
+    joined += (joined.empty() ? "" : " ") + l;
+  }
+  CHECK(joined == kLongTitle);
+  // A word wider than the line breaks between characters (here Cyrillic, two bytes each).
+  const TextBlock broken = fit_text("переводчикпереводчикпереводчик", title, 60, 11);
+  CHECK(broken.lines.size() > 1);
+  std::string rejoined;
+  for (const auto& l : broken.lines) {
+    CHECK(text_width(l, broken.style) <= 60);
+    rejoined += l;
+  }
+  CHECK(rejoined == "переводчикпереводчикпереводчик");
+  CHECK(fit_text("", title, 100, 11).lines.empty());
+  const std::string cut = elide("supercalifragilisticexpialidocious", TextStyle{11, false}, 60);
+  CHECK(text_width(cut, TextStyle{11, false}) <= 60);
+  CHECK(cut.size() > 3);
+  CHECK(cut.substr(cut.size() - 3) == "\u2026");
+  CHECK(elide("cat", TextStyle{11, false}, 60) == "cat");
+}
+
+TEST_CASE("titles, panel titles, captions and labels lie inside narrow pictures", "[render]") {
+  const std::string long_label = "a_really_long_token_label_that_never_ends_";
+  for (int64_t t = 1; t <= 4; ++t) {
+    const std::vector<float> w = peaked_maps(2, t, 1);
+    std::vector<std::string> labels;
+    for (int64_t i = 0; i < t; ++i) labels.push_back(long_label + std::to_string(i));
+    const std::string tt = "T = " + std::to_string(t);
+    HeatmapOptions ho;
+    ho.title = kLongTitle;
+    check_texts_inside(heatmap_figure(w.data(), t, t, {}, {}, ho), "heatmap " + tt);
+    check_texts_inside(heatmap_figure(w.data(), t, t, labels, labels, ho), "heatmap, long labels, " + tt);
+    ho.row_caption = "queries: the tokens that look, as a caption much longer than the map is tall";
+    ho.col_caption = "keys: the tokens looked at, as a caption much longer than the map is wide";
+    ho.colorbar = false;
+    check_texts_inside(heatmap_figure(w.data(), t, t, {}, {}, ho), "heatmap, long captions, no bar, " + tt);
+    // 2 layers × 1 head, as `attnkit train induction` draws them: one column of panels.
+    HeatmapOptions go;
+    go.title = kLongTitle;
+    const std::vector<const float*> maps = {w.data(), w.data() + t * t};
+    const Figure grid = heatmap_grid(maps, {"layer 0 · head 0", "layer 1 · head 0"}, 1, t, t, labels, labels, go);
+    check_texts_inside(grid, "grid 2 x 1, " + tt);
+    CHECK(bold_words(grid, 11) == kLongTitle + " layer 0 · head 0 layer 1 · head 0");  // nothing cut off
+    const std::string long_panel = "layer 0 · head 0, " + kLongTitle;
+    check_texts_inside(heatmap_grid(maps, {long_panel, long_panel}, 2, t, t, {}, {}, go), "grid 1 x 2, long panel titles, " + tt);
+
+    LinkOptions lo;
+    lo.title = kLongTitle;
+    const std::vector<LinkPanel> one = {{{{w.data(), 0}}, long_panel}};
+    check_texts_inside(link_figure(one, 1, t, t, labels, labels, lo), "links, " + tt);
+    std::vector<LinkPanel> heads = {{{}, "eight heads overlaid"}};
+    for (int64_t h = 0; h < 8; ++h) heads[0].maps.emplace_back(w.data() + (h % 2) * t * t, h);
+    check_texts_inside(link_figure(heads, 1, t, t, {}, {}, lo), "links, 8 heads, " + tt);
+  }
+  LossCurveOptions lc;
+  lc.title = kLongTitle + kLongTitle;
+  lc.markers = {{0, "step 0"}, {150, "snapshot at step 150, the last one"}};
+  std::vector<float> losses(150, 1.0f);
+  check_texts_inside(loss_curve_figure(losses, lc), "loss curve");
+}
+
+TEST_CASE("long tick label lists thin out instead of overlapping", "[render]") {
+  const int64_t t = 200;
+  const std::vector<float> w = peaked_maps(1, t, 0);
+  const Figure f = heatmap_figure(w.data(), t, t, {}, {}, {});
+  // Row labels: right-anchored texts left of the map; neighbours at least a line apart.
+  std::vector<double> ys;
+  for (const Shape& s : f.shapes())
+    if (s.kind == Shape::kText && s.anchor == Anchor::kEnd && !s.vertical && s.text.find_first_not_of("0123456789") == std::string::npos)
+      ys.push_back(s.y);
+  REQUIRE(ys.size() > 5);
+  CHECK(ys.size() < static_cast<size_t>(t));
+  for (size_t i = 1; i < ys.size(); ++i) CHECK(ys[i] - ys[i - 1] >= 7 * 1.2 - 1e-9);
+  check_texts_inside(f, "200 x 200");
 }
 
 TEST_CASE("PNG reader rejects damaged files with the file's name", "[render]") {
@@ -296,6 +425,111 @@ TEST_CASE("render_attention_file: PNG, SVG and HTML of any attention array, toke
   CHECK_THROWS_WITH(render_attention_file(bad), Catch::Contains("has no layer axis"));
   bad = c, bad.output = (dir / "x.jpg").string();
   CHECK_THROWS_WITH(render_attention_file(bad), Catch::Contains("unknown format '.jpg'"));
+}
+
+namespace {
+
+// What a forked child reports about one render_attention_file call.
+struct ChildRender {
+  int ok = 0;               // 1: returned; 0: threw (message holds what())
+  long max_rss_kb = 0;      // getrusage(RUSAGE_SELF).ru_maxrss at the end (includes the parent's pages at fork)
+  double seconds = 0;
+  char message[1024] = {};  // the first warning, or the error
+};
+
+// Renders in a forked child, so that its peak memory is the render's (ru_maxrss only grows).
+ChildRender render_in_child(const RenderRequest& r) {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    ChildRender c;
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      const std::vector<std::string> warnings = render_attention_file(r);
+      c.ok = 1;
+      if (!warnings.empty()) std::snprintf(c.message, sizeof c.message, "%s", warnings[0].c_str());
+    } catch (const std::exception& e) {
+      std::snprintf(c.message, sizeof c.message, "%s", e.what());
+    }
+    c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    struct rusage u {};
+    ::getrusage(RUSAGE_SELF, &u);
+    c.max_rss_kb = u.ru_maxrss;
+    const ssize_t n = ::write(fds[1], &c, sizeof c);
+    ::_exit(n == static_cast<ssize_t>(sizeof c) ? 0 : 1);
+  }
+  ::close(fds[1]);
+  ChildRender c;
+  size_t got = 0;
+  for (ssize_t n; got < sizeof c && (n = ::read(fds[0], reinterpret_cast<char*>(&c) + got, sizeof c - got)) > 0;)
+    got += static_cast<size_t>(n);
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  REQUIRE(got == sizeof c);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("a 4096 x 4096 map renders in blocks within bounded memory; larger inputs are named errors",
+          "[render][large]") {
+  const fs::path dir = scratch("large");
+  const int64_t n = kMaxMapSide;
+  {
+    std::vector<float> w(static_cast<size_t>(n * n), 0.0f);
+    for (int64_t i = 0; i < n; ++i) w[static_cast<size_t>(i * n + (n - 1 - i))] = 1.0f;  // the anti-diagonal
+    write_npy((dir / "big.npy").string(), w.data(), {n, n});
+  }
+  RenderRequest r;
+  r.input = (dir / "big.npy").string();
+  r.output = (dir / "big.png").string();
+  const ChildRender c = render_in_child(r);
+  INFO(c.message);
+  REQUIRE(c.ok == 1);
+  // In 8 × 8 blocks the render peaks near 0.2 GB (cell by cell, 16.7 million cells, it needs
+  // 7.7 GB); 1 GiB leaves room for sanitizer builds.
+  WARN("4096 x 4096 map to PNG: " << c.seconds << " s, peak RSS " << c.max_rss_kb / 1024 << " MiB");
+  CHECK(c.max_rss_kb < 1024 * 1024);  // 1 GiB
+  CHECK_THAT(c.message, Catch::Contains("4096 \u00d7 4096 map drawn in 8 \u00d7 8 blocks"));
+  const Image img = read_png(r.output);
+  CHECK(img.width() > 1000);   // 512 cells at 2 pixels each, and the margins
+  CHECK(img.width() < 1600);
+  // The anti-diagonal survives the block maxima: its 512 drawn cells are the darkest blue.
+  int darkest = 0;
+  for (int y = 0; y < img.height(); ++y)
+    for (int x = 0; x < img.width(); ++x) darkest += img.at(x, y) == colormap(Colormap::kBlues, 1);
+  CHECK(darkest > 512 * 2 * 2);  // ≥ 512 cells of 2 × 2 pixels (and the colour bar's top)
+
+  // Links and reports stop at 512 tokens, with the size and the limit in the message.
+  RenderRequest links = r;
+  links.view = "links";
+  CHECK_THROWS_WITH(render_attention_file(links), Catch::StartsWith("--view links: ") &&
+                                                      Catch::Contains("[4096, 4096] has 4096 queries x 4096 keys") &&
+                                                      Catch::Contains("at most 512 tokens"));
+  RenderRequest html = r;
+  html.output = (dir / "big.html").string();
+  CHECK_THROWS_WITH(render_attention_file(html), Catch::StartsWith("--out ") && Catch::Contains("at most 512 tokens") &&
+                                                     Catch::Contains("has 4096 x 4096"));
+  // Above the limits: a map side over 4096, more than 2^26 weights, a file too large to hold them.
+  const std::vector<float> row(4097, 1.0f / 4097);
+  CHECK_THROWS_WITH(attention_from_npy(make_npy(row.data(), {1, 4097}), "wide.npy"),
+                    Catch::Contains("wide.npy: shape [1, 4097]: maps larger than 4096 x 4096 are not drawn"));
+  NpyArray five;  // the shape is checked before the data is read
+  five.descr = "<f4", five.shape = {5, 4096, 4096};
+  CHECK_THROWS_WITH(attention_from_npy(five, "five.npy"),
+                    Catch::Contains("five.npy: shape [5, 4096, 4096] holds 83886080 weights; at most 67108864"));
+  const fs::path huge = dir / "huge.npy";
+  std::ofstream(huge) << "\x93NUMPY";
+  fs::resize_file(huge, (uintmax_t(1) << 29) + (uintmax_t(1) << 21));  // sparse: no disk used
+  CHECK_THROWS_WITH(read_attention(huge.string()), Catch::Contains("bytes is larger than an attention array of at most 67108864 weights"));
+  fs::remove(huge);
+  fs::remove(dir / "big.npy");  // 64 MiB
 }
 
 namespace {
@@ -432,10 +666,8 @@ std::string status_element(const std::string& dom) {
 
 TEST_CASE("report.html in headless Chromium: script runs clean, heads in the DOM, screenshot not blank",
           "[render][browser]") {
-  if (!chromium_path()) {
-    WARN("SKIPPED: Chromium is not installed (tools/setup.sh installs Debian's chromium); report not opened in a browser");
-    return;
-  }
+  if (!chromium_path())
+    ATTNKIT_SKIP("Chromium is not installed (tools/setup.sh installs Debian's chromium); report not opened in a browser");
   const fs::path dir = make_run("browser_run", 2, 3, 6, 80);
   render_folder(dir);
   const fs::path shot = dir / "screenshot.png";
@@ -471,10 +703,7 @@ TEST_CASE("report.html in headless Chromium: script runs clean, heads in the DOM
 }
 
 TEST_CASE("report.html stays responsive for T = 128 with 8 × 8 layers × heads", "[render][browser]") {
-  if (!chromium_path()) {
-    WARN("SKIPPED: Chromium is not installed; large report not opened in a browser");
-    return;
-  }
+  if (!chromium_path()) ATTNKIT_SKIP("Chromium is not installed; large report not opened in a browser");
   const fs::path dir = scratch("browser_big");
   ReportData d;
   d.title = "T = 128, 8 × 8 heads";

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "engine/error.h"
 
@@ -29,8 +30,13 @@ AttentionArray attention_from_npy(const NpyArray& a, const std::string& what) {
   out.rows = a.shape[r - 2], out.cols = a.shape[r - 1];
   if (r >= 3) out.heads = a.shape[r - 3];
   if (r == 4) out.layers = a.shape[0];
-  if (out.rows > 4096 || out.cols > 4096)
-    throw FileError(what + ": shape " + shape + ": maps larger than 4096 x 4096 are not drawn");
+  if (out.rows > kMaxMapSide || out.cols > kMaxMapSide)
+    throw FileError(what + ": shape " + shape + ": maps larger than " + std::to_string(kMaxMapSide) + " x " +
+                    std::to_string(kMaxMapSide) + " are not drawn");
+  if (a.numel() > kMaxAttentionWeights)
+    throw FileError(what + ": shape " + shape + " holds " + std::to_string(a.numel()) + " weights; at most " +
+                    std::to_string(kMaxAttentionWeights) + " (4 maps of 4096 x 4096) are drawn — pick layers or heads "
+                    "in numpy first");
   out.weights = to_float32(a, what);
   for (size_t i = 0; i < out.weights.size(); ++i)
     if (!std::isfinite(out.weights[i])) {
@@ -42,7 +48,16 @@ AttentionArray attention_from_npy(const NpyArray& a, const std::string& what) {
   return out;
 }
 
-AttentionArray read_attention(const std::string& path) { return attention_from_npy(read_npy(path), path); }
+AttentionArray read_attention(const std::string& path) {
+  // Float64 weights within the limit, plus a header, take at most this many bytes.
+  constexpr uintmax_t kMaxFileBytes = static_cast<uintmax_t>(kMaxAttentionWeights) * 8 + (1 << 20);
+  std::error_code ec;
+  const uintmax_t bytes = std::filesystem::file_size(path, ec);
+  if (!ec && bytes > kMaxFileBytes)
+    throw FileError(path + ": " + std::to_string(bytes) + " bytes is larger than an attention array of at most " +
+                    std::to_string(kMaxAttentionWeights) + " weights (4 maps of 4096 x 4096) as float64");
+  return attention_from_npy(read_npy(path), path);
+}
 
 std::vector<std::string> attention_warnings(const AttentionArray& a, const std::string& what) {
   std::vector<std::string> warnings;

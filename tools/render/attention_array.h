@@ -19,8 +19,14 @@ struct AttentionArray {
   int64_t map_size() const { return rows * cols; }
 };
 
-// Checks and converts: float dtype ('<f4', '<f8'), rank 2–4, no empty axis, finite values.
-// Anything else is a FileError naming `what`, the shape and what is expected.
+// The largest arrays drawn: maps up to 4096 × 4096, and up to 2^26 weights in all (four such
+// maps, 256 MiB as float32), which bounds what reading and drawing one take in memory.
+constexpr int64_t kMaxMapSide = 4096;
+constexpr int64_t kMaxAttentionWeights = int64_t(1) << 26;
+
+// Checks and converts: float dtype ('<f4', '<f8'), rank 2–4, no empty axis, within the limits
+// above, finite values. Anything else is a FileError naming `what`, the shape and what is
+// expected. read_attention refuses files too large for the limits before reading them.
 AttentionArray attention_from_npy(const NpyArray& a, const std::string& what);
 AttentionArray read_attention(const std::string& path);
 

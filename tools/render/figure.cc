@@ -43,6 +43,34 @@ void Figure::text(double x, double baseline, std::string text, TextStyle style, 
   shapes_.push_back(std::move(s));
 }
 
+void Figure::text_block(double x, double top, const TextBlock& block, Color c, Anchor anchor, bool vertical) {
+  const double lh = block.line_height();
+  for (size_t k = 0; k < block.lines.size(); ++k) {
+    const double base = top + text_ascent(block.style) + static_cast<double>(k) * lh;
+    if (vertical)
+      text(base, x, block.lines[k], block.style, c, anchor, true);
+    else
+      text(x, base, block.lines[k], block.style, c, anchor);
+  }
+}
+
+Box text_box(const Shape& s) {
+  const double advance = text_width(s.text, s.style);
+  const double shift = s.anchor == Anchor::kStart ? 0 : s.anchor == Anchor::kMiddle ? advance / 2 : advance;
+  const double up = glyph_ascent(s.style), down = glyph_descent(s.style);
+  // Vertical text is the horizontal box turned 90° anticlockwise about (x, y): along the line
+  // runs up the page, the ascent points left.
+  if (s.vertical) return {s.x - up, s.y - (advance - shift), s.x + down, s.y + shift};
+  return {s.x - shift, s.y - up, s.x - shift + advance, s.y + down};
+}
+
+std::vector<Box> Figure::text_boxes() const {
+  std::vector<Box> boxes;
+  for (const Shape& s : shapes_)
+    if (s.kind == Shape::kText) boxes.push_back(text_box(s));
+  return boxes;
+}
+
 void Figure::ramp(double x, double y, double w, double h, Colormap map) {
   Shape s;
   s.kind = Shape::kRamp, s.x = x, s.y = y, s.w = w, s.h = h, s.map = map;

@@ -29,6 +29,15 @@ struct Shape {
   std::string tooltip;                 // SVG <title>: shown on hover in a browser
 };
 
+// A rectangle in logical pixels: left, top, right, bottom.
+struct Box {
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+};
+
+// Where a text shape's glyphs can reach: its advance width by the font's glyph ascent and
+// descent (glyph_ascent, glyph_descent), placed by its anchor and turned for vertical text.
+Box text_box(const Shape& text);
+
 class Figure {
  public:
   Figure(double width, double height) : width_(width), height_(height) {}
@@ -43,9 +52,17 @@ class Figure {
   void circle(double cx, double cy, double r, Color c);
   void text(double x, double baseline, std::string text, TextStyle style, Color c, Anchor anchor = Anchor::kStart,
             bool vertical = false);
+  // A fitted block of lines (fit_text): the first baseline at top + text_ascent, each next one
+  // a line height lower; x is where the lines are anchored. Vertical blocks read bottom to
+  // top: `top` is then their left edge, x (here: the position along the y axis) the anchor.
+  void text_block(double x, double top, const TextBlock& block, Color c, Anchor anchor = Anchor::kStart,
+                  bool vertical = false);
   void ramp(double x, double y, double w, double h, Colormap map);
   // Appends another figure's shapes shifted by (dx, dy).
   void place(const Figure& other, double dx, double dy);
+  // The text_box of every text shape, in drawing order: what the figure's text covers, for
+  // checking that it all lies inside the picture.
+  std::vector<Box> text_boxes() const;
 
  private:
   double width_, height_;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <tuple>
 
 #include "engine/error.h"
@@ -54,6 +55,8 @@ class Fonts {
 
   double ascent(const TextStyle& s) const { return s.size * ascent_em_; }
   double descent(const TextStyle& s) const { return s.size * descent_em_; }
+  double glyph_ascent(const TextStyle& s) const { return s.size * glyph_ascent_em_; }
+  double glyph_descent(const TextStyle& s) const { return s.size * glyph_descent_em_; }
   std::mutex& mutex() { return mutex_; }
 
  private:
@@ -64,6 +67,12 @@ class Fonts {
     // Cap height and descender of Latin/Cyrillic letters, not the font's tallest accents:
     // it centres labels visually.
     ascent_em_ = 0.76, descent_em_ = 0.24;
+    // The faces' own ascender and descender bound every glyph (accented capitals, "g", "й").
+    for (FT_Face face : {regular_, bold_}) {
+      const double em = face->units_per_EM > 0 ? face->units_per_EM : 2048;
+      glyph_ascent_em_ = std::max(glyph_ascent_em_, face->ascender / em);
+      glyph_descent_em_ = std::max(glyph_descent_em_, -face->descender / em);
+    }
   }
   FT_Face open(std::string_view data, const char* name) {
     FT_Face face = nullptr;
@@ -76,6 +85,7 @@ class Fonts {
   FT_Library library_ = nullptr;
   FT_Face regular_ = nullptr, bold_ = nullptr;
   double ascent_em_ = 0.76, descent_em_ = 0.24;
+  double glyph_ascent_em_ = 0.76, glyph_descent_em_ = 0.24;
   std::map<std::tuple<char32_t, int, bool>, Glyph> cache_;
   std::mutex mutex_;
 };
@@ -115,6 +125,89 @@ double text_width(const std::string& utf8, const TextStyle& style) {
 
 double text_ascent(const TextStyle& style) { return Fonts::get().ascent(style); }
 double text_descent(const TextStyle& style) { return Fonts::get().descent(style); }
+double glyph_ascent(const TextStyle& style) { return Fonts::get().glyph_ascent(style); }
+double glyph_descent(const TextStyle& style) { return Fonts::get().glyph_descent(style); }
+
+namespace {
+
+// Byte length of the UTF-8 sequence starting with `lead` (1 for stray continuation bytes).
+size_t utf8_length(unsigned char lead) { return lead < 0xC0 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4; }
+
+// The byte length of the longest prefix of s (whole characters, at least one) that is at most
+// max_width wide.
+size_t fitting_prefix(const std::string& s, const TextStyle& style, double max_width) {
+  size_t end = std::min(s.size(), utf8_length(static_cast<unsigned char>(s[0])));
+  for (size_t next = end; next < s.size(); end = next) {
+    next = std::min(s.size(), next + utf8_length(static_cast<unsigned char>(s[next])));
+    if (text_width(s.substr(0, next), style) > max_width) break;
+  }
+  return end;
+}
+
+// Greedy line breaking at spaces; words wider than a line are broken between characters.
+std::vector<std::string> wrap(const std::string& text, const TextStyle& style, double max_width) {
+  std::vector<std::string> lines;
+  std::string line;
+  std::istringstream words(text);
+  for (std::string word; words >> word;) {
+    const std::string joined = line.empty() ? word : line + " " + word;
+    if (text_width(joined, style) <= max_width) {
+      line = joined;
+      continue;
+    }
+    if (!line.empty()) lines.push_back(line);
+    line = word;
+    while (text_width(line, style) > max_width) {
+      const size_t n = fitting_prefix(line, style, max_width);
+      if (n >= line.size()) break;
+      lines.push_back(line.substr(0, n));
+      line.erase(0, n);
+    }
+  }
+  if (!line.empty()) lines.push_back(line);
+  return lines;
+}
+
+}  // namespace
+
+double TextBlock::line_height() const { return std::ceil(style.size * 1.25); }
+double TextBlock::height() const { return static_cast<double>(lines.size()) * line_height(); }
+double TextBlock::width() const {
+  double w = 0;
+  for (const auto& l : lines) w = std::max(w, text_width(l, style));
+  return w;
+}
+
+TextBlock fit_text(const std::string& utf8, TextStyle style, double max_width, double min_size) {
+  TextBlock b;
+  b.style = style;
+  if (utf8.find_first_not_of(' ') == std::string::npos) return b;
+  min_size = std::min(min_size, style.size);
+  const double full = text_width(utf8, style);
+  if (full <= max_width) {
+    b.lines = {utf8};
+    return b;
+  }
+  // Advances scale with the size: start from the proportional size, in quarter pixels, and
+  // step down while rounding leaves it too wide.
+  for (double size = std::floor(style.size * std::max(0.0, max_width) / full * 4) / 4; size >= min_size; size -= 0.25) {
+    b.style.size = size;
+    if (text_width(utf8, b.style) <= max_width) {
+      b.lines = {utf8};
+      return b;
+    }
+  }
+  b.style.size = min_size;
+  b.lines = wrap(utf8, b.style, max_width);
+  return b;
+}
+
+std::string elide(const std::string& utf8, const TextStyle& style, double max_width) {
+  if (utf8.empty() || text_width(utf8, style) <= max_width) return utf8;
+  const std::string ellipsis = "\u2026";
+  const size_t n = fitting_prefix(utf8, style, std::max(0.0, max_width - text_width(ellipsis, style)));
+  return utf8.substr(0, n) + ellipsis;
+}
 
 TextMask render_text(const std::string& utf8, const TextStyle& style) {
   Fonts& f = Fonts::get();

@@ -19,8 +19,23 @@ struct HeatmapOptions {
   bool colorbar = true;
 };
 
+// Maps with more rows or columns than this are drawn in square blocks of cells: each drawn cell
+// shows the largest weight of its block (so a one-cell-wide diagonal stays visible), and a note
+// under the picture says so. It bounds the shapes a picture holds (about 512² cells, whatever
+// the map's size) and so its memory and drawing time. Grids of n maps draw 1024/√n cells a side
+// (at most 512, at least 32), about 4 maps' worth in all.
+constexpr int64_t kMaxDrawnCells = 512;
+
+// The block side (1: cell by cell) for a grid of `maps` maps of rows × cols, and the note the
+// picture carries when it is above 1 ("" otherwise).
+int64_t heatmap_block(int64_t rows, int64_t cols, int64_t maps = 1);
+std::string heatmap_block_note(int64_t rows, int64_t cols, int64_t maps = 1);
+
 // One [rows, cols] map (row-major). Labels may be empty (positions 0, 1, …), otherwise one per
-// row / column. Cells are rects of class "cell" whose tooltip names query, key and weight.
+// row / column. Cells are rects of class "cell" whose tooltip names query, key and weight (for
+// blocks: the first and last query and key, and the largest weight). Titles, captions and
+// labels fit inside the picture: titles shrink and wrap (fit_text), labels wider than 160
+// pixels are elided, label lists thin out where cells are smaller than the text.
 Figure heatmap_figure(const float* weights, int64_t rows, int64_t cols, const std::vector<std::string>& row_labels,
                       const std::vector<std::string>& col_labels, const HeatmapOptions& options);
 

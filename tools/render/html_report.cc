@@ -1,5 +1,6 @@
 #include "tools/render/html_report.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -66,6 +67,9 @@ std::string html_report(const ReportData& d) {
   const AttentionArray& a = d.attention;
   if (a.weights.empty() || static_cast<int64_t>(a.weights.size()) != a.layers * a.heads * a.rows * a.cols)
     throw Error("report: the attention maps are missing or do not match their shape");
+  if (std::max(a.rows, a.cols) > kMaxReportTokens)
+    throw Error("report: maps of " + std::to_string(a.rows) + " x " + std::to_string(a.cols) + " tokens; a report shows at most " +
+                std::to_string(kMaxReportTokens) + " a side");
   nlohmann::json j;
   j["layers"] = a.layers, j["heads"] = a.heads, j["rows"] = a.rows, j["cols"] = a.cols;
   j["attention"] = base64_floats(a.weights);

@@ -18,6 +18,10 @@
 
 namespace attnkit::render {
 
+// The largest maps a report shows (tokens a side): each is drawn on canvases and as a link per
+// weight in the head view, and its weights are inlined; html_report throws Error beyond it.
+constexpr int64_t kMaxReportTokens = 512;
+
 struct ReportData {
   std::string title;                                          // page heading
   std::string subtitle;                                       // one line under it

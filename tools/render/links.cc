@@ -12,6 +12,7 @@ namespace {
 
 constexpr double kPad = 16;
 constexpr TextStyle kTitle{17, true}, kPanelTitle{13, true}, kCaption{12, false};
+constexpr double kMinTitle = 11, kMinPanelTitle = 9, kMaxLabelWidth = 160;
 
 std::vector<std::string> labels_or_positions(const std::vector<std::string>& labels, int64_t n, const char* what) {
   if (labels.empty()) {
@@ -27,6 +28,21 @@ std::vector<std::string> labels_or_positions(const std::vector<std::string>& lab
 
 // Compared in float: a weight stored as 0.01f (just below 0.01) is drawn at min_weight 0.01.
 bool drawn(float w, double min_weight) { return std::isfinite(w) && w >= static_cast<float>(min_weight); }
+
+using LegendRows = std::vector<std::vector<std::pair<int64_t, double>>>;  // (head, entry width)
+
+// A panel's legend entries ("head k" after a colour swatch) in rows no wider than `width`.
+LegendRows legend_layout(const LinkPanel& p, double width) {
+  LegendRows rows(1);
+  double used = 0;
+  for (const auto& mh : p.maps) {
+    const double w = 16 + text_width("head " + std::to_string(mh.second), kCaption) + 14;
+    if (used > 0 && used + w - 14 > width) rows.emplace_back(), used = 0;
+    rows.back().emplace_back(mh.second, w);
+    used += w;
+  }
+  return rows;
+}
 
 }  // namespace
 
@@ -47,40 +63,61 @@ Figure link_figure(const std::vector<LinkPanel>& panels, int64_t grid_cols, int6
                    const LinkOptions& o) {
   if (panels.empty() || rows <= 0 || cols <= 0 || grid_cols <= 0)
     throw Error("link diagram: nothing to draw");
+  if (std::max(rows, cols) > kMaxLinkTokens)
+    throw Error("link diagram: " + std::to_string(rows) + " queries x " + std::to_string(cols) +
+                " keys; link diagrams are drawn for at most " + std::to_string(kMaxLinkTokens) + " tokens a side");
   const double min_weight = effective_min_weight(o, rows, cols);
-  const std::vector<std::string> ql = labels_or_positions(query_labels, rows, "query");
-  const std::vector<std::string> kl = labels_or_positions(key_labels, cols, "key");
+  std::vector<std::string> ql = labels_or_positions(query_labels, rows, "query");
+  std::vector<std::string> kl = labels_or_positions(key_labels, cols, "key");
   const int64_t n = std::max(rows, cols);
   const double row_h = std::clamp(std::floor(360.0 / static_cast<double>(n)), 11.0, 26.0);
   const TextStyle label{std::min(14.0, row_h * 0.6), false};
+  // Long tokens end in "…" on the picture (tooltips keep them whole).
+  std::vector<std::string> qshown, kshown;
+  for (const auto& s : ql) qshown.push_back(elide(s, label, kMaxLabelWidth));
+  for (const auto& s : kl) kshown.push_back(elide(s, label, kMaxLabelWidth));
   double left_w = text_width(o.left_caption, kCaption), right_w = text_width(o.right_caption, kCaption);
-  for (const auto& s : ql) left_w = std::max(left_w, text_width(s, label));
-  for (const auto& s : kl) right_w = std::max(right_w, text_width(s, label));
+  for (const auto& s : qshown) left_w = std::max(left_w, text_width(s, label));
+  for (const auto& s : kshown) right_w = std::max(right_w, text_width(s, label));
   const double span = n > 32 ? 220 : 170;  // horizontal room for the links
   bool legend = false;
   for (const auto& p : panels) legend |= p.maps.size() > 1;
   const double panel_w = left_w + 8 + span + 8 + right_w;
-  bool panel_titles = false;
-  for (const auto& p : panels) panel_titles |= !p.title.empty();
-  const double panel_title_h = panel_titles ? std::ceil(kPanelTitle.size * 1.3) + 4 : 0;
+  // Panel titles shrink and wrap to the panel; the header is as tall as the tallest.
+  // Their lines are 1.3 font sizes apart.
+  std::vector<TextBlock> panel_titles;
+  double panel_title_h = 0;
+  auto title_line = [](const TextBlock& b) { return std::ceil(b.style.size * 1.3); };
+  for (const auto& p : panels) {
+    const TextBlock& b = panel_titles.emplace_back(fit_text(p.title, kPanelTitle, panel_w, kMinPanelTitle));
+    if (!b.lines.empty()) panel_title_h = std::max(panel_title_h, static_cast<double>(b.lines.size()) * title_line(b) + 4);
+  }
   const double header_h = panel_title_h + std::ceil(kCaption.size * 1.3) + 4;
-  const double legend_h = legend ? 26 : 0;
+  // The legend wraps onto as many rows as the longest one needs.
+  size_t legend_rows = 1;
+  for (const auto& p : panels) legend_rows = std::max(legend_rows, legend_layout(p, panel_w).size());
+  const double legend_h = legend ? 26 + 18 * static_cast<double>(legend_rows - 1) : 0;
   const double panel_h = header_h + static_cast<double>(n) * row_h + legend_h;
   grid_cols = std::min<int64_t>(grid_cols, static_cast<int64_t>(panels.size()));
   const int64_t grid_rows = (static_cast<int64_t>(panels.size()) + grid_cols - 1) / grid_cols;
   const double gap_x = 40, gap_y = 24;
-  const double title_h = o.title.empty() ? 0 : std::ceil(kTitle.size * 1.25) + 12;
   const double grid_w = static_cast<double>(grid_cols) * (panel_w + gap_x) - gap_x;
+  const TextBlock title = fit_text(o.title, kTitle, grid_w, kMinTitle);
+  const double title_h = title.lines.empty() ? 0 : title.height() + 12;
   Figure f(std::ceil(2 * kPad + grid_w),
            std::ceil(2 * kPad + title_h + static_cast<double>(grid_rows) * (panel_h + gap_y) - gap_y));
-  if (!o.title.empty()) f.text(kPad + grid_w / 2, kPad + text_ascent(kTitle), o.title, kTitle, kInk, Anchor::kMiddle);
+  f.text_block(kPad + grid_w / 2, kPad, title, kInk, Anchor::kMiddle);
   const double mid = (text_ascent(label) - text_descent(label)) / 2;
   for (size_t k = 0; k < panels.size(); ++k) {
     const LinkPanel& p = panels[k];
     const double px = kPad + static_cast<double>(static_cast<int64_t>(k) % grid_cols) * (panel_w + gap_x);
     const double py = kPad + title_h + static_cast<double>(static_cast<int64_t>(k) / grid_cols) * (panel_h + gap_y);
     const Color title_color = p.maps.size() == 1 ? head_color(p.maps[0].second) : kInk;
-    f.text(px + panel_w / 2, py + text_ascent(kPanelTitle), p.title, kPanelTitle, title_color, Anchor::kMiddle);
+    const TextBlock& panel_title = panel_titles[k];
+    for (size_t line = 0; line < panel_title.lines.size(); ++line)
+      f.text(px + panel_w / 2,
+             py + text_ascent(panel_title.style) + static_cast<double>(line) * title_line(panel_title),
+             panel_title.lines[line], panel_title.style, title_color, Anchor::kMiddle);
     const double cap_y = py + panel_title_h + text_ascent(kCaption);
     const double xl = px + left_w + 8, xr = xl + span;
     f.text(xl - 8, cap_y, o.left_caption, kCaption, kMuted, Anchor::kEnd);
@@ -90,8 +127,9 @@ Figure link_figure(const std::vector<LinkPanel>& panels, int64_t grid_cols, int6
     const double q0 = top + static_cast<double>(n - rows) * row_h / 2, k0 = top + static_cast<double>(n - cols) * row_h / 2;
     auto qy = [&](int64_t i) { return q0 + (static_cast<double>(i) + 0.5) * row_h; };
     auto ky = [&](int64_t j) { return k0 + (static_cast<double>(j) + 0.5) * row_h; };
-    for (int64_t i = 0; i < rows; ++i) f.text(xl - 8, qy(i) + mid, ql[static_cast<size_t>(i)], label, kInk, Anchor::kEnd);
-    for (int64_t j = 0; j < cols; ++j) f.text(xr + 8, ky(j) + mid, kl[static_cast<size_t>(j)], label, kInk);
+    for (int64_t i = 0; i < rows; ++i)
+      f.text(xl - 8, qy(i) + mid, qshown[static_cast<size_t>(i)], label, kInk, Anchor::kEnd);
+    for (int64_t j = 0; j < cols; ++j) f.text(xr + 8, ky(j) + mid, kshown[static_cast<size_t>(j)], label, kInk);
     // Lighter links first, so strong ones are drawn on top.
     std::vector<std::tuple<float, int64_t, size_t>> links;  // weight, cell, map
     for (size_t m = 0; m < p.maps.size(); ++m)
@@ -110,15 +148,18 @@ Figure link_figure(const std::vector<LinkPanel>& panels, int64_t grid_cols, int6
     for (int64_t i = 0; i < rows; ++i) f.circle(xl, qy(i), 2.2, kMuted);
     for (int64_t j = 0; j < cols; ++j) f.circle(xr, ky(j), 2.2, kMuted);
     if (p.maps.size() > 1) {
-      double lx = px, ly = top + static_cast<double>(n) * row_h + 12;
-      double total = 0;
-      for (const auto& mh : p.maps) total += 16 + text_width("head " + std::to_string(mh.second), kCaption) + 14;
-      lx = px + (panel_w - total + 14) / 2;
-      for (const auto& mh : p.maps) {
-        const std::string name = "head " + std::to_string(mh.second);
-        f.rect(lx, ly - 5, 12, 10, head_color(mh.second));
-        f.text(lx + 16, ly + text_ascent(kCaption) / 2, name, kCaption, kInk);
-        lx += 16 + text_width(name, kCaption) + 14;
+      // Each legend row centred under the panel.
+      double ly = top + static_cast<double>(n) * row_h + 12;
+      for (const auto& row : legend_layout(p, panel_w)) {
+        double total = 0;
+        for (const auto& e : row) total += e.second;
+        double lx = px + (panel_w - total + 14) / 2;
+        for (const auto& [head, w] : row) {
+          f.rect(lx, ly - 5, 12, 10, head_color(head));
+          f.text(lx + 16, ly + text_ascent(kCaption) / 2, "head " + std::to_string(head), kCaption, kInk);
+          lx += w;
+        }
+        ly += 18;
       }
     }
   }

@@ -28,8 +28,14 @@ struct LinkPanel {
   std::string title;
 };
 
+// Link diagrams draw at most this many queries and keys: a line per weight and a label per
+// token stop being readable (or small) beyond it.
+constexpr int64_t kMaxLinkTokens = 512;
+
 // Panels side by side, `grid_cols` per row. Each drawn link is a line of class "link" whose
-// tooltip names query, key and weight.
+// tooltip names query, key and weight. Titles shrink and wrap to fit (fit_text), labels wider
+// than 160 pixels are elided, the legend wraps onto more rows. Throws Error beyond
+// kMaxLinkTokens.
 Figure link_figure(const std::vector<LinkPanel>& panels, int64_t grid_cols, int64_t rows, int64_t cols,
                    const std::vector<std::string>& query_labels, const std::vector<std::string>& key_labels,
                    const LinkOptions& options);

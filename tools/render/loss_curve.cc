@@ -53,12 +53,21 @@ Figure loss_curve_figure(const std::vector<float>& losses, const LossCurveOption
   const std::vector<double> xt = nice_ticks(0, n, 6), yt = nice_ticks(0, y_max, 5);
   double ytick_w = 0;
   for (double v : yt) ytick_w = std::max(ytick_w, text_width(tick_label(v, y_step), kTick));
-  const double title_h = o.title.empty() ? 0 : std::ceil(kTitle.size * 1.25) + 10;
-  const double x0 = kPad + std::ceil(kCaption.size * 1.3) + 6 + ytick_w + 8, y0 = kPad + title_h + 8;
-  Figure f(std::ceil(x0 + plot_w + kPad + 12), std::ceil(y0 + plot_h + 8 + kTick.size * 1.3 + 6 + kCaption.size * 1.3 + kPad));
+  // Title and captions shrink and wrap to fit the picture (title) or the plot (captions).
+  const double caption_line = std::ceil(kCaption.size * 1.3);
+  const TextBlock x_caption = fit_text(o.x_caption, kCaption, plot_w, 9);
+  const TextBlock y_caption = fit_text(o.y_caption, kCaption, plot_h, 9);
+  const double x0 = kPad + std::max(caption_line, y_caption.height()) + 6 + ytick_w + 8;
+  const double width = std::ceil(x0 + plot_w + kPad + 12);
+  const TextBlock title = fit_text(o.title, kTitle, width - 2 * kPad, 11);
+  const double title_h = title.lines.empty() ? 0 : title.height() + 10;
+  const double y0 = kPad + title_h + 8;
+  const double x_caption_top = y0 + plot_h + 8 + std::ceil(kTick.size * 1.3) + 4;
+  Figure f(width, std::ceil(x_caption_top + std::max(caption_line, x_caption.height()) + 2 + kPad));
   auto X = [&](double step) { return x0 + step / n * plot_w; };
   auto Y = [&](double loss) { return y0 + plot_h - loss / y_max * plot_h; };
-  if (!o.title.empty()) f.text(x0 + plot_w / 2, kPad + text_ascent(kTitle), o.title, kTitle, kInk, Anchor::kMiddle);
+  f.text_block(std::clamp(x0 + plot_w / 2, kPad + title.width() / 2, std::max(kPad, width - kPad - title.width() / 2)),
+               kPad, title, kInk, Anchor::kMiddle);
   for (double v : yt) {
     f.line(x0, Y(v), x0 + plot_w, Y(v), 1, kGrid);
     f.text(x0 - 8, Y(v) + text_ascent(kTick) / 2, tick_label(v, y_step), kTick, kMuted, Anchor::kEnd);
@@ -70,13 +79,16 @@ Figure loss_curve_figure(const std::vector<float>& losses, const LossCurveOption
   }
   f.line(x0, y0 + plot_h, x0 + plot_w, y0 + plot_h, 1, kMuted);
   f.line(x0, y0, x0, y0 + plot_h, 1, kMuted);
-  f.text(x0 + plot_w / 2, y0 + plot_h + 8 + std::ceil(kTick.size * 1.3) + 4 + text_ascent(kCaption), o.x_caption,
-         kCaption, kMuted, Anchor::kMiddle);
-  f.text(kPad + text_ascent(kCaption), y0 + plot_h / 2, o.y_caption, kCaption, kMuted, Anchor::kMiddle, true);
+  f.text_block(x0 + plot_w / 2, x_caption_top, x_caption, kMuted, Anchor::kMiddle);
+  f.text_block(y0 + plot_h / 2, kPad, y_caption, kMuted, Anchor::kMiddle, true);
   for (const auto& [step, name] : o.markers) {
     if (step < 0 || step > n) continue;
     f.line(X(step), y0, X(step), y0 + plot_h, 1, Color{kMarker.r, kMarker.g, kMarker.b, 90});
-    f.text(X(step) + 3, y0 + text_ascent(kTick), name, kTick, kMarker);
+    // Right of the mark, or left of it where the name would pass the picture's edge.
+    const std::string shown = elide(name, kTick, plot_w / 2);
+    const bool left = X(step) + 3 + text_width(shown, kTick) > width - kPad;
+    f.text(left ? X(step) - 3 : X(step) + 3, y0 + text_ascent(kTick), shown, kTick, kMarker,
+           left ? Anchor::kEnd : Anchor::kStart);
   }
   // Per-step losses (broken at non-finite values); a trailing moving average over many steps.
   const size_t window = losses.size() >= 60 ? std::max<size_t>(5, losses.size() / 40) | 1 : 0;  // odd

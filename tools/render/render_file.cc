@@ -66,6 +66,11 @@ std::vector<std::string> render_attention_file(const RenderRequest& r) {
   const std::string name = fs::path(r.input).filename().string();
 
   if (ext == ".html") {
+    // The report draws every map on canvases and a link per weight in its head view.
+    if (std::max(a.rows, a.cols) > kMaxReportTokens)
+      throw Error("--out " + r.output + ": report.html shows maps of at most " + std::to_string(kMaxReportTokens) +
+                  " tokens a side; " + r.input + " " + shape + " has " + std::to_string(a.rows) + " x " +
+                  std::to_string(a.cols) + " (a .png or .svg draws it, in blocks)");
     ReportData d;
     d.title = r.title.empty() ? name : r.title;
     d.subtitle = "Attention " + shape + " from " + r.input;
@@ -84,6 +89,10 @@ std::vector<std::string> render_attention_file(const RenderRequest& r) {
   }
 
   if (r.view == "links") {
+    if (std::max(a.rows, a.cols) > kMaxLinkTokens)
+      throw Error("--view links: " + r.input + " " + shape + " has " + std::to_string(a.rows) + " queries x " +
+                  std::to_string(a.cols) + " keys; link diagrams are drawn for at most " +
+                  std::to_string(kMaxLinkTokens) + " tokens a side (the heatmap view draws any size)");
     LinkOptions o;
     o.title = r.title.empty() ? name : r.title;
     std::vector<LinkPanel> panels;
@@ -102,6 +111,7 @@ std::vector<std::string> render_attention_file(const RenderRequest& r) {
     const auto [l, h] = picked[0];
     const std::string what = map_name(a, l, h);
     o.title = !r.title.empty() ? r.title : what.empty() ? name : name + ": " + what;
+    if (const std::string note = heatmap_block_note(a.rows, a.cols); !note.empty()) warnings.push_back(name + ": " + note);
     save_figure(heatmap_figure(a.map(l, h), a.rows, a.cols, queries, r.key_tokens, o), r.output, r.scale);
   } else {
     o.title = r.title.empty() ? name : r.title;
@@ -109,6 +119,8 @@ std::vector<std::string> render_attention_file(const RenderRequest& r) {
     std::vector<std::string> titles;
     for (const auto& [l, h] : picked) maps.push_back(a.map(l, h)), titles.push_back(map_name(a, l, h));
     const int64_t cols = r.head >= 0 ? std::min<int64_t>(8, static_cast<int64_t>(picked.size())) : a.heads;
+    const std::string note = heatmap_block_note(a.rows, a.cols, static_cast<int64_t>(maps.size()));
+    if (!note.empty()) warnings.push_back(name + ": " + note);
     save_figure(heatmap_grid(maps, titles, cols, a.rows, a.cols, queries, r.key_tokens, o), r.output, r.scale);
   }
   return warnings;
