@@ -224,8 +224,8 @@ void check_texts_inside(const Figure& f, const std::string& what) {
   INFO(what << ": picture " << f.width() << " x " << f.height());
   size_t k = 0;
   int texts = 0;
-  for (const Shape& s : f.shapes()) {
-    if (s.kind != Shape::kText) continue;
+  for (const render::Shape& s : f.shapes()) {
+    if (s.kind != render::Shape::kText) continue;
     const Box b = f.text_boxes()[k++];
     ++texts;
     INFO("text '" << s.text << "' box [" << b.x0 << ", " << b.y0 << "] - [" << b.x1 << ", " << b.y1 << "]");
@@ -240,8 +240,8 @@ void check_texts_inside(const Figure& f, const std::string& what) {
 // The words of the texts drawn in `style`'s weight (bold: titles) joined by spaces.
 std::string bold_words(const Figure& f, double min_size) {
   std::string words;
-  for (const Shape& s : f.shapes())
-    if (s.kind == Shape::kText && s.style.bold && s.style.size >= min_size) words += (words.empty() ? "" : " ") + s.text;
+  for (const render::Shape& s : f.shapes())
+    if (s.kind == render::Shape::kText && s.style.bold && s.style.size >= min_size) words += (words.empty() ? "" : " ") + s.text;
   return words;
 }
 
@@ -335,8 +335,8 @@ TEST_CASE("long tick label lists thin out instead of overlapping", "[render]") {
   const Figure f = heatmap_figure(w.data(), t, t, {}, {}, {});
   // Row labels: right-anchored texts left of the map; neighbours at least a line apart.
   std::vector<double> ys;
-  for (const Shape& s : f.shapes())
-    if (s.kind == Shape::kText && s.anchor == Anchor::kEnd && !s.vertical && s.text.find_first_not_of("0123456789") == std::string::npos)
+  for (const render::Shape& s : f.shapes())
+    if (s.kind == render::Shape::kText && s.anchor == Anchor::kEnd && !s.vertical && s.text.find_first_not_of("0123456789") == std::string::npos)
       ys.push_back(s.y);
   REQUIRE(ys.size() > 5);
   CHECK(ys.size() < static_cast<size_t>(t));
