@@ -58,20 +58,36 @@ void Autodiff::pass_through(TensorId t, TensorId g) {
 }
 
 void Graph::backward(Tensor loss) {
-  if (has_backward()) throw ShapeError("backward: the graph already has its backward");
   const TensorDesc& ld = tensor(loss.id());
   if (ld.dtype != DType::kF32 || ld.shape.numel() != 1 || ld.batched)
-    throw ShapeError("backward: the loss must be a single float, got " + describe(loss.id()));
+    throw ShapeError("backward: the loss must be a single float, got " + describe(loss.id()) +
+                     " (backward(y, dy) seeds any tensor with its upstream gradient)");
+  backward_from(loss, Tensor());
+}
+
+void Graph::backward(Tensor y, Tensor dy) {
+  if (!dy.valid()) throw ShapeError("backward(y, dy): dy is not a tensor");
+  const TensorDesc &yd = tensor(y.id()), &dd = tensor(dy.id());
+  if (yd.dtype != DType::kF32) throw ShapeError("backward(y, dy): y must be float, got " + describe(y.id()));
+  if (dd.storage != Storage::kInput || dd.dtype != DType::kF32 || dd.shape != yd.shape || dd.batched != yd.batched)
+    throw ShapeError("backward(y, dy): dy must be a float input of y's shape, got y " + describe(y.id()) + ", dy " +
+                     describe(dy.id()));
+  backward_from(y, dy);
+}
+
+void Graph::backward_from(Tensor loss, Tensor dy) {
+  if (has_backward()) throw ShapeError("backward: the graph already has its backward");
   forward_nodes_ = nodes_.size();
+  if (dy.valid()) tensor(dy.id()).keep = true;  // read by the backward nodes, not by the forward
   if (fold_embedding_projections_) optimize_forward(loss.id());
   remove_dead_forward_nodes(loss.id());
   forward_nodes_ = nodes_.size();
 
   Autodiff ad(*this);
-  // Which tensors depend on a parameter.
+  // Which tensors depend on a parameter or on an input with requires_grad.
   ad.needs().assign(tensors_.size(), false);
   for (size_t t = 0; t < tensors_.size(); ++t)
-    if (tensors_[t].storage == Storage::kParam) ad.needs()[t] = true;
+    if (tensors_[t].storage == Storage::kParam || tensors_[t].requires_grad) ad.needs()[t] = true;
   for (const Node& n : nodes_) {
     bool any = false;
     for (TensorId t : n.in) any = any || ad.needs_grad(t);
@@ -79,12 +95,14 @@ void Graph::backward(Tensor loss) {
       for (TensorId t : n.out)
         if (t != kNoTensor) ad.needs()[static_cast<size_t>(t)] = true;
   }
-  if (!ad.needs_grad(loss.id())) throw ShapeError("backward: the loss does not depend on any parameter");
+  if (!ad.needs_grad(loss.id()))
+    throw ShapeError("backward: " + describe(loss.id()) + " does not depend on any parameter or input with requires_grad");
   ad.needs().resize(tensors_.size(), false);
 
-  // d loss / d loss = 1.
+  // d loss / d loss = 1, or the upstream gradient dy (copied: later contributions add to it).
   Node seed;
-  seed.op = OpKind::kOnes;
+  seed.op = dy.valid() ? OpKind::kAccumulate : OpKind::kOnes;
+  if (dy.valid()) seed.in = {dy.id()};
   seed.backward = true;
   set_out_accumulate(seed, 0, ad.contribute(loss.id()));
   add_node(std::move(seed));
@@ -99,6 +117,9 @@ void Graph::backward(Tensor loss) {
       throw ShapeError(std::string("backward: op ") + def.name + " has no gradient");
     def.differentiate(ad, node);
   }
+  // The gradients asked for stay readable after each run.
+  for (TensorDesc& d : tensors_)
+    if ((d.requires_grad || d.retain_grad) && d.grad != kNoTensor) tensors_[static_cast<size_t>(d.grad)].keep = true;
   if (fuse_elementwise_) fuse_elementwise(loss.id());
 }
 

@@ -171,16 +171,11 @@ Shape Executor::shape(TensorId id) const {
 void Executor::validate_inputs() const {
   for (size_t i = 0; i < graph_.forward_nodes(); ++i) {
     const Node& n = graph_.nodes()[i];
-    TensorId ids = kNoTensor;
+    const OpDef& def = op_def(n.op);
+    size_t input = 0;
     int64_t lo = 0, hi = 0;
-    if (n.op == OpKind::kEmbedding) {
-      ids = n.in[1];
-      hi = graph_.tensor(n.in[0]).shape[0];
-    } else if (n.op == OpKind::kCrossEntropy) {
-      ids = n.in[1];
-      lo = -1;  // ignored positions
-      hi = graph_.tensor(n.in[0]).shape.last();
-    }
+    if (!def.id_range || !def.id_range(graph_, n, &input, &lo, &hi) || input >= n.in.size()) continue;
+    const TensorId ids = n.in[input];
     if (ids == kNoTensor || graph_.tensor(ids).storage != Storage::kInput) continue;
     const int32_t* p = i32(ids);
     const int64_t count = shape(ids).numel();

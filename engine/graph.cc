@@ -79,7 +79,18 @@ int64_t Graph::producer(TensorId t) const {
   return -1;
 }
 
-Tensor Graph::input(const std::string& name, Shape per_sample, DType dtype) {
+Tensor Graph::input_unbatched(const std::string& name, Shape shape, DType dtype, bool requires_grad) {
+  if (has_backward()) throw ShapeError("graph: input '" + name + "' added after backward()");
+  if (find(name) != kNoTensor) throw ShapeError("graph: a tensor named '" + name + "' already exists");
+  if (shape.rank < 1 || shape.rank > kMaxRank) throw ShapeError("input '" + name + "': 1 to 4 dims");
+  if (requires_grad && dtype != DType::kF32) throw ShapeError("input '" + name + "': only float inputs have gradients");
+  const TensorId id = new_tensor(name, dtype, shape, /*batched=*/false, Storage::kInput);
+  tensors_[static_cast<size_t>(id)].requires_grad = requires_grad;
+  return Tensor(this, id);
+}
+
+Tensor Graph::input(const std::string& name, Shape per_sample, DType dtype, bool requires_grad) {
+  if (requires_grad && dtype != DType::kF32) throw ShapeError("input '" + name + "': only float inputs have gradients");
   if (has_backward()) throw ShapeError("graph: input '" + name + "' added after backward()");
   if (find(name) != kNoTensor) throw ShapeError("graph: a tensor named '" + name + "' already exists");
   if (per_sample.rank >= kMaxRank) throw ShapeError("input '" + name + "': at most 3 dims per sample");
@@ -87,7 +98,9 @@ Tensor Graph::input(const std::string& name, Shape per_sample, DType dtype) {
   s.rank = per_sample.rank + 1;
   s.dims[0] = max_batch_;
   for (int i = 0; i < per_sample.rank; ++i) s.dims[i + 1] = per_sample.dims[i];
-  return Tensor(this, new_tensor(name, dtype, s, /*batched=*/true, Storage::kInput));
+  const TensorId id = new_tensor(name, dtype, s, /*batched=*/true, Storage::kInput);
+  tensors_[static_cast<size_t>(id)].requires_grad = requires_grad;
+  return Tensor(this, id);
 }
 
 Tensor Graph::arange(int64_t n) {
@@ -142,6 +155,20 @@ size_t Graph::add_node(Node node) {
 }
 
 void Graph::keep(Tensor t) { tensor(t.id()).keep = true; }
+
+void Graph::retain_grad(Tensor t) {
+  if (has_backward()) throw ShapeError("retain_grad(" + describe(t.id()) + "): call it before backward()");
+  tensor(t.id()).retain_grad = true;
+}
+
+Tensor Graph::grad(Tensor t) const {
+  if (!has_backward()) throw Error("grad(" + describe(t.id()) + "): the graph has no backward() yet");
+  const TensorDesc& d = tensor(t.id());
+  if (d.grad == kNoTensor || !(d.storage == Storage::kParam || d.requires_grad || d.retain_grad))
+    throw Error("grad(" + describe(t.id()) + "): no gradient is kept for this tensor (only parameters, inputs with "
+                "requires_grad and retain_grad tensors the differentiated tensor depends on have one)");
+  return Tensor(const_cast<Graph*>(this), d.grad);
+}
 
 std::string Graph::describe(TensorId id) const {
   if (id == kNoTensor) return "(none)";

@@ -8,6 +8,7 @@
 
 #include "../ops/parallel.h"
 #include "error.h"
+#include "op_list.h"
 #include "tensor.h"
 
 namespace attnkit {
@@ -38,10 +39,11 @@ struct NodeAttrs {
   bool relu = false;
 };
 
+// One kind per entry of engine/op_list.h.
 enum class OpKind : uint8_t {
-  kEmbedding, kLinear, kAdd, kRelu, kLayerNorm, kAttention, kCrossEntropy,
-  kEmbeddingBackward, kLinearBackward, kReluBackward, kLayerNormBackward, kAttentionBackward,
-  kCrossEntropyBackward, kAccumulate, kBiasBackward, kOnes,
+#define ATTNKIT_OP_KIND(kind, def) kind,
+  ATTNKIT_OPS(ATTNKIT_OP_KIND)
+#undef ATTNKIT_OP_KIND
   kCount
 };
 
@@ -85,7 +87,11 @@ class Graph {
 
   // Inputs fed before each run. `per_sample` excludes the batch dim: input_ids("ids", {T})
   // is [max_batch, T]. Token ids and targets are int32; masks are uint8 (non-zero = forbidden).
-  Tensor input(const std::string& name, Shape per_sample, DType dtype);
+  // requires_grad: backward() computes the input's gradient too, readable after each run
+  // through grad() (saliency: the gradient of a logit with respect to the embeddings).
+  Tensor input(const std::string& name, Shape per_sample, DType dtype, bool requires_grad = false);
+  // An input without the batch dim (the same for every sample), e.g. an additive mask [T, T].
+  Tensor input_unbatched(const std::string& name, Shape shape, DType dtype, bool requires_grad = false);
   // An int32 constant 0, 1, …, n−1 (not batched), e.g. position ids.
   Tensor arange(int64_t n);
   // A parameter of the given shape, with its initialization.
@@ -99,8 +105,16 @@ class Graph {
   void keep(Tensor t);
 
   // Appends the backward of everything `loss` depends on (loss must be a 1-element
-  // float tensor). Parameters get gradients; call once.
+  // float tensor). Parameters and inputs with requires_grad get gradients; call once.
   void backward(Tensor loss);
+  // The same from any float tensor y, seeded with the upstream gradient dy: an input of y's
+  // shape (fed like any input), e.g. d(logit k)/d(logits) as a one-hot.
+  void backward(Tensor y, Tensor dy);
+  // Keeps t's gradient readable after each run (call before backward()).
+  void retain_grad(Tensor t);
+  // The gradient of t (a parameter, an input with requires_grad, or a retain_grad tensor),
+  // after backward(). Throws Error naming t when there is none.
+  Tensor grad(Tensor t) const;
   bool has_backward() const { return forward_nodes_ != nodes_.size(); }
   // Nodes [0, forward_nodes()) are the forward pass, the rest its backward.
   size_t forward_nodes() const { return forward_nodes_; }
@@ -140,6 +154,7 @@ class Graph {
   // x·Wc + bc is used only there, into p·W (folded) + x·(Wc·W) + (bc·W + b), then removes
   // forward nodes whose outputs nothing uses. `loss` stays.
   void optimize_forward(TensorId loss);
+  void backward_from(Tensor y, Tensor dy);
   // How many node inputs read t, plus one when t is kept or is the loss.
   int64_t uses(TensorId t, TensorId loss) const;
   void remove_dead_forward_nodes(TensorId loss);

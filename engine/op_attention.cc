@@ -7,6 +7,7 @@
 
 #include "engine/op_table.h"
 #include "ops/attention.h"
+#include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/softmax.h"
 
@@ -143,16 +144,21 @@ void attention_products(const RunContext& c, const Node& n, int64_t p0, int64_t 
   }
 }
 
-// Backward node: in (q, k, v, probs, dy, mask); out (dq, dk, dv); scratch dP [B, H, Tq, Tk].
+// Backward node: in (q, k, v, probs, dy, mask, dprobs); out (dq, dk, dv); scratch dP
+// [B, H, Tq, Tk]. dy is the gradient of the output, dprobs that of the attention weights (a
+// loss or regularizer on them); either may be absent. Without dy, V gets no gradient.
 void attention_differentiate(Autodiff& ad, const Node& n) {
   Node b;
   b.op = OpKind::kAttentionBackward;
-  b.in = {n.in[0], n.in[1], n.in[2], n.out[1], ad.grad(n.out[0]), n.in[3]};
+  const TensorId dy = ad.grad(n.out[0]), dprobs = ad.grad(n.out[1]);
+  b.in = {n.in[0], n.in[1], n.in[2], n.out[1], dy, n.in[3], dprobs};
   b.attrs = n.attrs;
   b.backward = true;
+  b.out.assign(3, kNoTensor);
   set_out_accumulate(b, 0, ad.contribute(n.in[0]));
   set_out_accumulate(b, 1, ad.contribute(n.in[1]));
-  set_out_accumulate(b, 2, ad.contribute(n.in[2]));
+  if (dy != kNoTensor) set_out_accumulate(b, 2, ad.contribute(n.in[2]));
+  if (b.out[0] == kNoTensor && b.out[1] == kNoTensor && b.out[2] == kNoTensor) return;
   const TensorDesc& probs = ad.graph().tensor(n.out[1]);
   b.scratch = {ad.graph().new_tensor(probs.name + ".grad", DType::kF32, probs.shape, probs.batched)};
   ad.graph().add_node(std::move(b));
@@ -166,12 +172,14 @@ void attention_backward_run(const RunContext& c, const Node& n, Slice s) {
 void attention_backward_products(const RunContext& c, const Node& n, int64_t p0, int64_t p1) {
   const Dims m = dims_of(c, n);
   const float *q = c.f32(n.in[0]), *k = c.f32(n.in[1]), *v = c.f32(n.in[2]);
-  const float *probs = c.f32(n.in[3]), *dy = c.f32(n.in[4]);
+  const float* probs = c.f32(n.in[3]);
+  const float* dy = n.in[4] != kNoTensor ? c.f32(n.in[4]) : nullptr;
+  const float* dweights = n.in.size() > 6 && n.in[6] != kNoTensor ? c.f32(n.in[6]) : nullptr;
   float* dprobs = c.f32(n.scratch[0]);
   float* dq = n.out[0] != kNoTensor ? c.f32(n.out[0]) : nullptr;
   float* dk = n.out[1] != kNoTensor ? c.f32(n.out[1]) : nullptr;
   float* dv = n.out[2] != kNoTensor ? c.f32(n.out[2]) : nullptr;
-  if (attention_short_backward(q, k, v, probs, dy, dq, dk, dv, n.accumulates(0), n.accumulates(1),
+  if (dy && !dweights && attention_short_backward(q, k, v, probs, dy, dq, dk, dv, n.accumulates(0), n.accumulates(1),
                                n.accumulates(2), short_dims(m), masking(c, n, n.in[5]), p0, p1))
     return;
   const int64_t tt = m.tq * m.tk;
@@ -181,11 +189,14 @@ void attention_backward_products(const RunContext& c, const Node& n, int64_t p0,
   // dK = dSᵀ·Q.
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t b = p / m.h, h = p % m.h;
-    const float* dy_p = dy + b * m.tq * m.dv + h * m.dvh;
+    const float* dy_p = dy ? dy + b * m.tq * m.dv + h * m.dvh : nullptr;
     float* dS = dprobs + p * tt;
-    sgemm_slice(false, true, m.tq, m.tk, m.dvh, 1.0f, dy_p, m.dv, v + b * m.tk * m.dv + h * m.dvh,
-                m.dv, 0.0f, dS, m.tk, Slice{});
-    if (dv)
+    // dP = dy·Vᵀ + the weights' own gradient.
+    if (dy)
+      sgemm_slice(false, true, m.tq, m.tk, m.dvh, 1.0f, dy_p, m.dv, v + b * m.tk * m.dv + h * m.dvh,
+                  m.dv, 0.0f, dS, m.tk, Slice{});
+    if (dweights) axpy(1.0f, dweights + p * tt, dS, tt, /*accumulate=*/dy != nullptr, Slice{});
+    if (dv && dy)
       sgemm_slice(true, false, m.tk, m.dvh, m.tq, 1.0f, probs + p * tt, m.tk, dy_p, m.dv,
                   n.accumulates(2) ? 1.0f : 0.0f, dv + b * m.tk * m.dv + h * m.dvh, m.dv, Slice{});
     for_each_mask_run(c, n, n.in[5], m, p, p + 1, [&](int64_t r0, int64_t r1, const SoftmaxMask& mask) {

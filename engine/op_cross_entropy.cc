@@ -67,7 +67,13 @@ void no_build(Graph&, Node&) {}
 
 }  // namespace
 
-extern const OpDef kCrossEntropyOp = {"cross_entropy", ce_build, ce_run, ce_differentiate, false};
+// Targets are classes, or −1 for a position without an answer.
+bool ce_targets(const Graph& g, const Node& n, size_t* input, int64_t* lo, int64_t* hi) {
+  *input = 1, *lo = -1, *hi = g.tensor(n.in[0]).shape.last();
+  return true;
+}
+
+extern const OpDef kCrossEntropyOp = {"cross_entropy", ce_build, ce_run, ce_differentiate, false, ce_targets};
 extern const OpDef kCrossEntropyBackwardOp = {"cross_entropy_backward", no_build, ce_backward_run, nullptr, false};
 
 }  // namespace attnkit

@@ -58,7 +58,14 @@ void no_build(Graph&, Node&) {}
 
 }  // namespace
 
-extern const OpDef kEmbeddingOp = {"embedding", embedding_build, embedding_run, embedding_differentiate, false};
+// ids index the table's rows.
+bool embedding_ids(const Graph& g, const Node& n, size_t* input, int64_t* lo, int64_t* hi) {
+  *input = 1, *lo = 0, *hi = g.tensor(n.in[0]).shape[0];
+  return true;
+}
+
+extern const OpDef kEmbeddingOp = {"embedding", embedding_build, embedding_run, embedding_differentiate, false,
+                                   embedding_ids};
 extern const OpDef kEmbeddingBackwardOp = {"embedding_backward", no_build, embedding_backward_run, nullptr, false};
 
 }  // namespace attnkit

@@ -11,16 +11,16 @@ namespace {
 // in: x, W, b (b may be absent).
 void linear_build(Graph& g, Node& n) {
   if (n.in.size() == 2) n.in.push_back(kNoTensor);
-  if (n.in.size() != 3) shape_error(g, "matmul", "needs x, weight and an optional bias", {});
+  if (n.in.size() != 3) shape_error(g, "linear", "needs x, weight and an optional bias", {});
   const TensorDesc& x = g.tensor(n.in[0]);
   const TensorDesc& w = g.tensor(n.in[1]);
-  if (x.dtype != DType::kF32 || w.dtype != DType::kF32) shape_error(g, "matmul", "needs float tensors", n.in);
+  if (x.dtype != DType::kF32 || w.dtype != DType::kF32) shape_error(g, "linear", "needs float tensors", n.in);
   if (w.shape.rank != 2 || x.shape.last() != w.shape[0])
-    shape_error(g, "matmul", "x's last dim must equal weight's first (weight is [in, out])", {n.in[0], n.in[1]});
+    shape_error(g, "linear", "x's last dim must equal weight's first (weight is [in, out])", {n.in[0], n.in[1]});
   if (n.in[2] != kNoTensor) {
     const TensorDesc& b = g.tensor(n.in[2]);
     if (b.dtype != DType::kF32 || b.shape.rank != 1 || b.shape[0] != w.shape[1])
-      shape_error(g, "matmul", "the bias must be float [out]", {n.in[1], n.in[2]});
+      shape_error(g, "linear", "the bias must be float [out]", {n.in[1], n.in[2]});
   }
   Shape ys = x.shape;
   ys[-1] = w.shape[1];
@@ -82,7 +82,7 @@ void no_build(Graph&, Node&) {}
 
 }  // namespace
 
-extern const OpDef kLinearOp = {"matmul", linear_build, linear_run, linear_differentiate, false};
+extern const OpDef kLinearOp = {"linear", linear_build, linear_run, linear_differentiate, false};
 extern const OpDef kLinearBackwardOp = {"linear_backward", no_build, linear_backward_run, nullptr, false};
 
 }  // namespace attnkit

@@ -3,31 +3,17 @@
 namespace attnkit {
 
 // Each op's definition lives in its own file (engine/op_*.cc).
-extern const OpDef kEmbeddingOp, kEmbeddingBackwardOp;
-extern const OpDef kLinearOp, kLinearBackwardOp;
-extern const OpDef kAddOp, kReluOp, kReluBackwardOp, kAccumulateOp, kBiasBackwardOp, kOnesOp;
-extern const OpDef kLayerNormOp, kLayerNormBackwardOp;
-extern const OpDef kAttentionOp, kAttentionBackwardOp;
-extern const OpDef kCrossEntropyOp, kCrossEntropyBackwardOp;
+#define ATTNKIT_OP_DECLARE(kind, def) extern const OpDef def;
+ATTNKIT_OPS(ATTNKIT_OP_DECLARE)
+#undef ATTNKIT_OP_DECLARE
 
 const OpDef& op_def(OpKind kind) {
   switch (kind) {
-    case OpKind::kEmbedding: return kEmbeddingOp;
-    case OpKind::kEmbeddingBackward: return kEmbeddingBackwardOp;
-    case OpKind::kLinear: return kLinearOp;
-    case OpKind::kLinearBackward: return kLinearBackwardOp;
-    case OpKind::kAdd: return kAddOp;
-    case OpKind::kRelu: return kReluOp;
-    case OpKind::kReluBackward: return kReluBackwardOp;
-    case OpKind::kAccumulate: return kAccumulateOp;
-    case OpKind::kBiasBackward: return kBiasBackwardOp;
-    case OpKind::kOnes: return kOnesOp;
-    case OpKind::kLayerNorm: return kLayerNormOp;
-    case OpKind::kLayerNormBackward: return kLayerNormBackwardOp;
-    case OpKind::kAttention: return kAttentionOp;
-    case OpKind::kAttentionBackward: return kAttentionBackwardOp;
-    case OpKind::kCrossEntropy: return kCrossEntropyOp;
-    case OpKind::kCrossEntropyBackward: return kCrossEntropyBackwardOp;
+#define ATTNKIT_OP_CASE(kind, def) \
+  case OpKind::kind:               \
+    return def;
+    ATTNKIT_OPS(ATTNKIT_OP_CASE)
+#undef ATTNKIT_OP_CASE
     case OpKind::kCount: break;
   }
   throw Error("op table: unknown op kind " + std::to_string(static_cast<int>(kind)));

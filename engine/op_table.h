@@ -1,5 +1,5 @@
 // One table of ops: each entry says how an op checks shapes, runs, and differentiates.
-// Adding an op = one OpKind, one table entry, one file (engine/op_*.cc) with its functions.
+// Adding an op = one line in engine/op_list.h and one file (engine/op_*.cc) defining its OpDef.
 #pragma once
 #include <cstdint>
 
@@ -32,6 +32,10 @@ struct OpDef {
   void (*differentiate)(Autodiff& ad, const Node& node);
   // out[0] may reuse the buffer of an input of the same size whose last use is this node.
   bool in_place;
+  // Integer inputs that index something (token ids, class targets): sets *input and the
+  // allowed range [*lo, *hi) and returns true; the executor checks user-fed values against it
+  // before every run. nullptr: the op reads no ids.
+  bool (*id_range)(const Graph& g, const Node& node, size_t* input, int64_t* lo, int64_t* hi) = nullptr;
 };
 
 const OpDef& op_def(OpKind kind);

@@ -49,6 +49,8 @@ struct TensorDesc {
   Storage storage = Storage::kArena;
   bool batched = false;     // dim 0 is the batch: at run time it is the current batch size
   bool keep = false;        // stays readable after a run (model outputs, attention maps)
+  bool requires_grad = false;  // an input whose gradient backward() computes (and keeps)
+  bool retain_grad = false;    // a tensor whose gradient backward() keeps readable
   int64_t offset = -1;      // bytes into its block (arena, inputs, consts); elements for params
   TensorId grad = kNoTensor;  // gradient tensor, once autodiff made one
   int param_index = -1;     // index into Graph::params() for kParam / kParamGrad

@@ -431,7 +431,7 @@ TEST_CASE("bad graphs and inputs are reported with names and shapes") {
   Tensor ids = g.input("ids", {6}, DType::kI32);
   Tensor x = Embedding(g, "tok", 9, 8)(ids);
   Linear wrong(g, "wrong", 7, 3);
-  REQUIRE_THROWS_WITH(wrong(x), Catch::Contains("matmul") && Catch::Contains("[4, 6, 8]") && Catch::Contains("[7, 3]"));
+  REQUIRE_THROWS_WITH(wrong(x), Catch::Contains("linear") && Catch::Contains("[4, 6, 8]") && Catch::Contains("[7, 3]"));
   REQUIRE_THROWS_WITH(MultiHeadAttention(g, "mha", 8, 3), Catch::Contains("3 heads"));
   Tensor loss = cross_entropy(Linear(g, "out", 8, 4)(x), g.input("targets", {6}, DType::kI32));
   g.backward(loss);
