@@ -16,6 +16,7 @@
 #include "engine/checkpoint.h"
 #include "engine/error.h"
 #include "engine/executor.h"
+#include "engine/functional.h"
 #include "engine/graph.h"
 #include "engine/modules.h"
 #include "engine/npy.h"

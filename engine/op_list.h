@@ -4,7 +4,7 @@
 #pragma once
 
 // X(kind, definition)
-#define ATTNKIT_OPS(X)                                  \
+#define ATTNKIT_CORE_OPS(X)                             \
   X(kEmbedding, kEmbeddingOp)                           \
   X(kLinear, kLinearOp)                                 \
   X(kAdd, kAddOp)                                       \
@@ -21,3 +21,10 @@
   X(kAccumulate, kAccumulateOp)                         \
   X(kBiasBackward, kBiasBackwardOp)                     \
   X(kOnes, kOnesOp)
+
+// Primitive ops (engine/functional.h), one group per line so groups are added independently.
+#define ATTNKIT_SHAPE_OPS(X)
+#define ATTNKIT_MATH_OPS(X)
+#define ATTNKIT_SOFTMAX_OPS(X)
+
+#define ATTNKIT_OPS(X) ATTNKIT_CORE_OPS(X) ATTNKIT_SHAPE_OPS(X) ATTNKIT_MATH_OPS(X) ATTNKIT_SOFTMAX_OPS(X)
