@@ -1,0 +1,199 @@
+// The graph rewrites, all in one place. backward() runs them around differentiation:
+//   before: optimize_forward (folds projections of embedding lookups into the tables) and
+//           remove_dead_forward_nodes (drops forward nodes nothing kept or differentiated reads);
+//   after:  fuse_elementwise (ReLUs and residual sums into the products next to them).
+// Each pass matches only the op patterns it names and leaves every other node as it is, so
+// graphs of primitive ops (engine/functional.h) stay correct through all of them.
+#include <algorithm>
+
+#include "engine/graph.h"
+#include "engine/op_table.h"
+#include "engine/passes.h"
+
+namespace attnkit {
+
+Tensor plain_linear(Graph& g, TensorId x, const Tensor& w, const Tensor& b) {
+  return g.apply(OpKind::kLinear, {x, w.id(), b.valid() ? b.id() : kNoTensor})[0];
+}
+
+namespace {
+
+// Rows the product x·W costs when folded into x's embedding tables (at most x's own rows).
+int64_t folded_rows(const Graph& g, TensorId x, int depth) {
+  const TensorDesc& d = g.tensor(x);
+  const int64_t rows = d.shape.rows();
+  const int64_t p = g.producer(x);
+  if (p < 0 || depth > 8) return rows;
+  const Node& n = g.nodes()[static_cast<size_t>(p)];
+  if (n.op == OpKind::kEmbedding) {
+    const int64_t addend = n.in.size() > 2 && n.in[2] != kNoTensor ? folded_rows(g, n.in[2], depth + 1) : 0;
+    return std::min(rows, g.tensor(n.in[0]).shape[0] + addend);
+  }
+  if (n.op == OpKind::kAdd)
+    return std::min(rows, folded_rows(g, n.in[0], depth + 1) + folded_rows(g, n.in[1], depth + 1));
+  return rows;
+}
+
+}  // namespace
+
+Tensor folded_linear(Graph& g, TensorId x, const Tensor& w, const Tensor& b, int depth) {
+  if (folded_rows(g, x, depth) >= g.tensor(x).shape.rows()) return plain_linear(g, x, w, b);
+  const Node n = g.nodes()[static_cast<size_t>(g.producer(x))];  // a copy: apply() appends
+  if (n.op == OpKind::kEmbedding) {  // table[ids]·W + b = (table·W + b)[ids] (+ addend·W)
+    const Tensor projected = plain_linear(g, n.in[0], w, b);
+    const TensorId addend = n.in[2] != kNoTensor ? folded_linear(g, n.in[2], w, Tensor(), depth + 1).id() : kNoTensor;
+    return g.apply(OpKind::kEmbedding, {projected.id(), n.in[1], addend})[0];
+  }
+  // (a + c)·W + b = (a·W + b) + c·W; a is the full-shape operand, c may broadcast.
+  const TensorDesc& c = g.tensor(n.in[1]);
+  const int64_t pa = g.producer(n.in[0]);
+  if (!c.batched && pa >= 0 && g.nodes()[static_cast<size_t>(pa)].op == OpKind::kEmbedding &&
+      g.nodes()[static_cast<size_t>(pa)].in[2] == kNoTensor &&
+      folded_rows(g, n.in[0], depth + 1) < g.tensor(n.in[0]).shape.rows()) {
+    // a = table[ids]: one lookup adds c·W on the way, (table·W + b)[ids] + c·W.
+    const Node lookup = g.nodes()[static_cast<size_t>(pa)];
+    const Tensor projected = plain_linear(g, lookup.in[0], w, b);
+    const Tensor addend = folded_linear(g, n.in[1], w, Tensor(), depth + 1);
+    return g.apply(OpKind::kEmbedding, {projected.id(), lookup.in[1], addend.id()})[0];
+  }
+  return folded_linear(g, n.in[0], w, b, depth + 1) + folded_linear(g, n.in[1], w, Tensor(), depth + 1);
+}
+
+int64_t Graph::uses(TensorId t, TensorId loss) const {
+  int64_t n = tensor(t).keep || t == loss ? 1 : 0;
+  for (const Node& node : nodes_)
+    for (TensorId in : node.in) n += in == t;
+  return n;
+}
+
+// See graph.h. The lessons' head(h + attn(h)): attn(h) = a·Wo + bo is used only by the sum,
+// and the sum only by head.0, so head.0(h + attn(h)) = h·W (folded into the lookup tables) +
+// a·(Wo·W) + (bo·W + b): the output projection's batch × T rows disappear, forward and
+// backward, for a D × D × out product of the weights.
+void Graph::optimize_forward(TensorId loss) {
+  auto uses = [&](TensorId t) { return this->uses(t, loss); };
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node lin = nodes_[i];
+    if (lin.op != OpKind::kLinear) continue;
+    const TensorId x = lin.in[0];
+    const int64_t px = producer(x);
+    if (px < 0 || nodes_[static_cast<size_t>(px)].op != OpKind::kAdd || uses(x) != 1) continue;
+    const Node sum = nodes_[static_cast<size_t>(px)];
+    // Which operand is a Linear's output used only here (c = a·Wc + bc), which a lookup sum (p)?
+    TensorId c = kNoTensor, p = kNoTensor;
+    for (int k = 0; k < 2 && c == kNoTensor; ++k) {
+      const TensorId cand = sum.in[static_cast<size_t>(k)], other = sum.in[static_cast<size_t>(1 - k)];
+      const int64_t pc = producer(cand);
+      if (pc < 0 || nodes_[static_cast<size_t>(pc)].op != OpKind::kLinear || uses(cand) != 1) continue;
+      if (tensor(cand).shape != tensor(x).shape || tensor(other).shape != tensor(x).shape) continue;
+      const TensorId a = nodes_[static_cast<size_t>(pc)].in[0];
+      if (tensor(a).shape.last() > tensor(x).shape.last()) continue;  // a·(Wc·W) must not cost more
+      if (folded_rows(*this, other, 0) >= tensor(other).shape.rows()) continue;
+      c = cand, p = other;
+    }
+    if (c == kNoTensor) continue;
+    const Node proj = nodes_[static_cast<size_t>(producer(c))];
+    const Tensor w(this, lin.in[1]), b(this, lin.in[2]), wc(this, proj.in[1]), bc(this, proj.in[2]);
+    const size_t first_new = nodes_.size();
+    const Tensor w_merged = plain_linear(*this, wc.id(), w, Tensor());           // Wc·W
+    const Tensor b_merged = bc.valid() ? plain_linear(*this, bc.id(), w, b) : b;  // bc·W + b
+    // The lookup first: the product ya then runs after it and can add it in its store
+    // (see fuse_elementwise).
+    const Tensor yp = folded_linear(*this, p, w, Tensor(), 0);
+    const Tensor ya = plain_linear(*this, proj.in[0], w_merged, b_merged);
+    (void)(ya + yp);  // the last new node: its output becomes the old node's below
+    // The new nodes take the old node's place and write its output tensor.
+    std::vector<Node> added(nodes_.begin() + static_cast<std::ptrdiff_t>(first_new), nodes_.end());
+    nodes_.resize(first_new);
+    added.back().out[0] = lin.out[0];
+    nodes_.erase(nodes_.begin() + static_cast<std::ptrdiff_t>(i));
+    nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(i), added.begin(), added.end());
+    i += added.size() - 1;
+    forward_nodes_ = nodes_.size();
+  }
+}
+
+void Graph::remove_dead_forward_nodes(TensorId loss) {
+  std::vector<bool> live(tensors_.size(), false);
+  live[static_cast<size_t>(loss)] = true;
+  for (size_t t = 0; t < tensors_.size(); ++t) live[t] = live[t] || tensors_[t].keep;
+  std::vector<bool> keep_node(nodes_.size(), false);
+  for (size_t i = nodes_.size(); i-- > 0;) {
+    const Node& n = nodes_[i];
+    for (TensorId o : n.out) keep_node[i] = keep_node[i] || (o != kNoTensor && live[static_cast<size_t>(o)]);
+    if (!keep_node[i]) continue;
+    for (TensorId in : n.in)
+      if (in != kNoTensor) live[static_cast<size_t>(in)] = true;
+  }
+  size_t j = 0;
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (keep_node[i]) {
+      if (i != j) nodes_[j] = std::move(nodes_[i]);  // (a self-move would empty the node)
+      ++j;
+    }
+  nodes_.resize(j);
+  forward_nodes_ = nodes_.size();
+}
+
+void Graph::fuse_elementwise(TensorId loss) {
+  auto uses = [&](TensorId t) { return this->uses(t, loss); };
+  auto writers = [&](TensorId t) {
+    std::vector<size_t> w;
+    for (size_t i = 0; i < nodes_.size(); ++i)
+      for (TensorId o : nodes_[i].out)
+        if (o == t) w.push_back(i);
+    return w;
+  };
+  std::vector<bool> dead(nodes_.size(), false);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    Node& r = nodes_[i];
+    if (r.op == OpKind::kRelu) {  // z = x·W + b; y = relu(z)  →  y = relu(x·W + b)
+      const TensorId z = r.in[0];
+      const int64_t p = producer(z);
+      if (p < 0 || uses(z) != 1) continue;
+      Node& lin = nodes_[static_cast<size_t>(p)];
+      if (lin.op != OpKind::kLinear || lin.attrs.relu) continue;
+      lin.attrs.relu = true;
+      lin.out[0] = r.out[0];
+      dead[i] = true;
+    } else if (r.op == OpKind::kReluBackward && !r.accumulates(0)) {
+      // gy = dy·Wᵀ (the next Linear's dx, y its input); gz = gy where y > 0.
+      const TensorId y = r.in[0], gy = r.in[1];
+      const std::vector<size_t> w = writers(gy);
+      if (w.size() != 1 || uses(gy) != 1) continue;
+      Node& lb = nodes_[w[0]];
+      if (lb.op != OpKind::kLinearBackward || lb.out[0] != gy || lb.accumulates(0) ||
+          lb.in[0] != y || lb.attrs.relu)
+        continue;
+      lb.attrs.relu = true;
+      lb.out[0] = r.out[0];
+      dead[i] = true;
+    } else if (r.op == OpKind::kAdd && i < forward_nodes_) {  // y = x·W + b; z = y + r
+      for (int k = 0; k < 2; ++k) {
+        const TensorId y = r.in[static_cast<size_t>(k)], res = r.in[static_cast<size_t>(1 - k)];
+        const int64_t p = producer(y);
+        if (p < 0 || uses(y) != 1) continue;
+        Node& lin = nodes_[static_cast<size_t>(p)];
+        if (lin.op != OpKind::kLinear || lin.in.size() > 3) continue;
+        const TensorDesc &dy = tensor(y), &dr = tensor(res);
+        if (dy.shape != dr.shape || dy.batched != dr.batched) continue;  // not a broadcast
+        if (producer(res) > p || res == y) continue;  // r must be there when the Linear runs
+        lin.in.push_back(res);
+        lin.out[0] = r.out[0];
+        dead[i] = true;
+        break;
+      }
+    }
+  }
+  size_t j = 0, forward = 0;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (dead[i]) continue;
+    if (i < forward_nodes_) ++forward;
+    if (i != j) nodes_[j] = std::move(nodes_[i]);
+    ++j;
+  }
+  nodes_.resize(j);
+  forward_nodes_ = forward;
+}
+
+}  // namespace attnkit

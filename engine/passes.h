@@ -1,0 +1,14 @@
+// The projection folding that linear() (engine/modules.cc) and Graph::optimize_forward share
+// (engine/passes.cc); internal to the engine.
+#pragma once
+#include "graph.h"
+
+namespace attnkit {
+
+// x·W + b as one linear node.
+Tensor plain_linear(Graph& g, TensorId x, const Tensor& w, const Tensor& b);
+// x·W + b computed from x's embedding tables where x is a lookup, or a sum of lookups and small
+// unbatched tensors, and that needs fewer rows (table·W + b, looked up); else plain_linear.
+Tensor folded_linear(Graph& g, TensorId x, const Tensor& w, const Tensor& b, int depth);
+
+}  // namespace attnkit
