@@ -7,9 +7,6 @@
 
 #include "engine/op_table.h"
 #include "ops/attention.h"
-#include "ops/elementwise.h"
-#include "ops/gemm.h"
-#include "ops/softmax.h"
 
 namespace attnkit {
 namespace {
@@ -59,30 +56,6 @@ AttentionMasking masking(const RunContext& c, const Node& n, TensorId mask_id) {
   return {n.attrs.scale, mask_id != kNoTensor ? c.u8(mask_id) : nullptr, n.attrs.causal};
 }
 
-// Softmax over the score rows of products [p0, p1) at once (they are contiguous in the
-// probabilities buffer), so short rows are vectorized across many rows. A mask is per batch
-// entry, so with a mask the products are taken one batch entry at a time.
-// The mask is input 3 of the forward node and input 5 of the backward node.
-template <class Fn>
-void for_each_mask_run(const RunContext& c, const Node& n, TensorId mask_id, const Dims& m,
-                       int64_t p0, int64_t p1, Fn&& fn) {
-  SoftmaxMask mask;
-  mask.causal = n.attrs.causal;
-  if (mask_id == kNoTensor) {
-    fn(p0, p1, mask);
-    return;
-  }
-  for (int64_t p = p0; p < p1;) {
-    const int64_t b = p / m.h, end = std::min(p1, (b + 1) * m.h);
-    mask.data = c.u8(mask_id) + b * m.tq * m.tk;
-    mask.group_div = end - p;  // every product of this run reads the same slab
-    fn(p, end, mask);
-    p = end;
-  }
-}
-
-void attention_products(const RunContext& c, const Node& n, int64_t p0, int64_t p1);
-void attention_backward_products(const RunContext& c, const Node& n, int64_t p0, int64_t p1);
 
 // Calls fn(p0, p1) on this slice's share of the (batch, head) products: the index's
 // contiguous share, or with a dynamic slice chunks of about an eighth of a thread's share
@@ -104,44 +77,13 @@ void for_each_product_range(int64_t products, Slice s, Fn&& fn) {
 }
 
 void attention_run(const RunContext& c, const Node& n, Slice s) {
-  for_each_product_range(dims_of(c, n).b * dims_of(c, n).h, s,
-                         [&](int64_t p0, int64_t p1) { attention_products(c, n, p0, p1); });
-}
-
-void attention_products(const RunContext& c, const Node& n, int64_t p0, int64_t p1) {
   const Dims m = dims_of(c, n);
   const float *q = c.f32(n.in[0]), *k = c.f32(n.in[1]), *v = c.f32(n.in[2]);
   float *y = c.f32(n.out[0]), *probs = c.f32(n.out[1]);
-  const int64_t tt = m.tq * m.tk;
-  auto softmax_rows = [&](int64_t r0, int64_t r1) {
-    for_each_mask_run(c, n, n.in[3], m, r0, r1, [&](int64_t a, int64_t b, const SoftmaxMask& mask) {
-      softmax_forward(probs + a * tt, probs + a * tt, b - a, m.tq, m.tk, n.attrs.scale, mask);
-    });
-  };
-  if (attention_short_scores(q, k, probs, short_dims(m), p0, p1)) {
-    // Short rows: the softmax of all the range's rows at once (vectorized across rows).
-    softmax_rows(p0, p1);
-    if (attention_short_values(probs, v, y, short_dims(m), p0, p1)) return;
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t b = p / m.h, h = p % m.h;
-      sgemm_slice(false, false, m.tq, m.dvh, m.tk, 1.0f, probs + p * tt, m.tk,
-                  v + b * m.tk * m.dv + h * m.dvh, m.dv, 0.0f, y + b * m.tq * m.dv + h * m.dvh,
-                  m.dv, Slice{});
-    }
-    return;
-  }
-  // Long rows: one product at a time, so its scores are softmaxed and multiplied by V while
-  // they are still in cache (all products' scores first went out to memory and back twice:
-  // ~10% of the node at T = 128).
-  for (int64_t p = p0; p < p1; ++p) {
-    const int64_t b = p / m.h, h = p % m.h;
-    sgemm_slice(false, true, m.tq, m.tk, m.dh, 1.0f, q + b * m.tq * m.d + h * m.dh, m.d,
-                k + b * m.tk * m.d + h * m.dh, m.d, 0.0f, probs + p * tt, m.tk, Slice{});
-    softmax_rows(p, p + 1);
-    sgemm_slice(false, false, m.tq, m.dvh, m.tk, 1.0f, probs + p * tt, m.tk,
-                v + b * m.tk * m.dv + h * m.dvh, m.dv, 0.0f, y + b * m.tq * m.dv + h * m.dvh, m.dv,
-                Slice{});
-  }
+  const AttentionMasking mk = masking(c, n, n.in[3]);
+  for_each_product_range(m.b * m.h, s, [&](int64_t p0, int64_t p1) {
+    attention_forward(q, k, v, probs, y, short_dims(m), mk, p0, p1);
+  });
 }
 
 // Backward node: in (q, k, v, probs, dy, mask, dprobs); out (dq, dk, dv); scratch dP
@@ -165,11 +107,6 @@ void attention_differentiate(Autodiff& ad, const Node& n) {
 }
 
 void attention_backward_run(const RunContext& c, const Node& n, Slice s) {
-  for_each_product_range(dims_of(c, n).b * dims_of(c, n).h, s,
-                         [&](int64_t p0, int64_t p1) { attention_backward_products(c, n, p0, p1); });
-}
-
-void attention_backward_products(const RunContext& c, const Node& n, int64_t p0, int64_t p1) {
   const Dims m = dims_of(c, n);
   const float *q = c.f32(n.in[0]), *k = c.f32(n.in[1]), *v = c.f32(n.in[2]);
   const float* probs = c.f32(n.in[3]);
@@ -179,37 +116,11 @@ void attention_backward_products(const RunContext& c, const Node& n, int64_t p0,
   float* dq = n.out[0] != kNoTensor ? c.f32(n.out[0]) : nullptr;
   float* dk = n.out[1] != kNoTensor ? c.f32(n.out[1]) : nullptr;
   float* dv = n.out[2] != kNoTensor ? c.f32(n.out[2]) : nullptr;
-  if (dy && !dweights && attention_short_backward(q, k, v, probs, dy, dq, dk, dv, n.accumulates(0), n.accumulates(1),
-                               n.accumulates(2), short_dims(m), masking(c, n, n.in[5]), p0, p1))
-    return;
-  const int64_t tt = m.tq * m.tk;
-  // One product at a time (its dP, then dS in place, stay in cache for the two products
-  // that read them). In the forward pass y = P·V: dP = dy·Vᵀ and dV = Pᵀ·dy; with
-  // P = softmax(scale·Q·Kᵀ), dS = d(Q·Kᵀ) (the scale folded in), then dQ = dS·K and
-  // dK = dSᵀ·Q.
-  for (int64_t p = p0; p < p1; ++p) {
-    const int64_t b = p / m.h, h = p % m.h;
-    const float* dy_p = dy ? dy + b * m.tq * m.dv + h * m.dvh : nullptr;
-    float* dS = dprobs + p * tt;
-    // dP = dy·Vᵀ + the weights' own gradient.
-    if (dy)
-      sgemm_slice(false, true, m.tq, m.tk, m.dvh, 1.0f, dy_p, m.dv, v + b * m.tk * m.dv + h * m.dvh,
-                  m.dv, 0.0f, dS, m.tk, Slice{});
-    if (dweights) axpy(1.0f, dweights + p * tt, dS, tt, /*accumulate=*/dy != nullptr, Slice{});
-    if (dv && dy)
-      sgemm_slice(true, false, m.tk, m.dvh, m.tq, 1.0f, probs + p * tt, m.tk, dy_p, m.dv,
-                  n.accumulates(2) ? 1.0f : 0.0f, dv + b * m.tk * m.dv + h * m.dvh, m.dv, Slice{});
-    for_each_mask_run(c, n, n.in[5], m, p, p + 1, [&](int64_t r0, int64_t r1, const SoftmaxMask& mask) {
-      softmax_backward(probs + r0 * tt, dprobs + r0 * tt, dprobs + r0 * tt, r1 - r0, m.tq, m.tk,
-                       n.attrs.scale, mask, false);
-    });
-    if (dq)
-      sgemm_slice(false, false, m.tq, m.dh, m.tk, 1.0f, dS, m.tk, k + b * m.tk * m.d + h * m.dh, m.d,
-                  n.accumulates(0) ? 1.0f : 0.0f, dq + b * m.tq * m.d + h * m.dh, m.d, Slice{});
-    if (dk)
-      sgemm_slice(true, false, m.tk, m.dh, m.tq, 1.0f, dS, m.tk, q + b * m.tq * m.d + h * m.dh, m.d,
-                  n.accumulates(1) ? 1.0f : 0.0f, dk + b * m.tk * m.d + h * m.dh, m.d, Slice{});
-  }
+  const AttentionMasking mk = masking(c, n, n.in[5]);
+  for_each_product_range(m.b * m.h, s, [&](int64_t p0, int64_t p1) {
+    attention_backward(q, k, v, probs, dy, dweights, dprobs, dq, dk, dv, n.accumulates(0), n.accumulates(1),
+                       n.accumulates(2), short_dims(m), mk, p0, p1);
+  });
 }
 
 void no_build(Graph&, Node&) {}

@@ -44,4 +44,18 @@ bool attention_short_scores(const float* q, const float* k, float* scores, const
 bool attention_short_values(const float* probs, const float* v, float* y, const AttentionDims& m,
                             int64_t p0, int64_t p1);
 
+// Any dims (ops/attention_products.cc): products [p0, p1) of the forward — probs =
+// softmax(scale·Q·Kᵀ, masked), y = probs·V (both overwritten) — through the short path when
+// it fits, else GEMM calls per product while the product's T × T block is in cache.
+void attention_forward(const float* q, const float* k, const float* v, float* probs, float* y,
+                       const AttentionDims& m, const AttentionMasking& mk, int64_t p0, int64_t p1);
+
+// And of the backward, given probs: dy (the output's gradient) and dweights (the attention
+// weights' own gradient, [B, H, tq, tk]) may each be nullptr; dprobs is [B, H, tq, tk] scratch.
+// Without dy, dv is not written. dq, dk, dv as in attention_short_backward.
+void attention_backward(const float* q, const float* k, const float* v, const float* probs, const float* dy,
+                        const float* dweights, float* dprobs, float* dq, float* dk, float* dv, bool accumulate_q,
+                        bool accumulate_k, bool accumulate_v, const AttentionDims& m, const AttentionMasking& mk,
+                        int64_t p0, int64_t p1);
+
 }  // namespace attnkit

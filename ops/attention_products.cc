@@ -1,0 +1,107 @@
+// Attention's products for any sizes (declared in ops/attention.h): the short path of
+// ops/attention.cc where the dims fit it, GEMM calls one (batch, head) product at a time
+// otherwise. The graph op (engine/op_attention.cc) hands each thread a range of products.
+#include <algorithm>
+
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/gemm.h"
+#include "ops/softmax.h"
+
+namespace attnkit {
+namespace {
+
+// Softmax over the score rows of products [p0, p1) at once (they are contiguous in the
+// probabilities buffer), so short rows are vectorized across many rows. A mask is per batch
+// entry, so with a mask the products are taken one batch entry at a time.
+template <class Fn>
+void for_each_mask_run(const AttentionDims& m, const AttentionMasking& mk, int64_t p0, int64_t p1, Fn&& fn) {
+  SoftmaxMask mask;
+  mask.causal = mk.causal;
+  if (!mk.mask) {
+    fn(p0, p1, mask);
+    return;
+  }
+  for (int64_t p = p0; p < p1;) {
+    const int64_t b = p / m.heads, end = std::min(p1, (b + 1) * m.heads);
+    mask.data = mk.mask + b * m.tq * m.tk;
+    mask.group_div = end - p;  // every product of this run reads the same slab
+    fn(p, end, mask);
+    p = end;
+  }
+}
+
+}  // namespace
+
+void attention_forward(const float* q, const float* k, const float* v, float* probs, float* y,
+                       const AttentionDims& m, const AttentionMasking& mk, int64_t p0, int64_t p1) {
+  const int64_t tt = m.tq * m.tk;
+  auto softmax_rows = [&](int64_t r0, int64_t r1) {
+    for_each_mask_run(m, mk, r0, r1, [&](int64_t a, int64_t b, const SoftmaxMask& mask) {
+      softmax_forward(probs + a * tt, probs + a * tt, b - a, m.tq, m.tk, mk.scale, mask);
+    });
+  };
+  if (attention_short_scores(q, k, probs, m, p0, p1)) {
+    // Short rows: the softmax of all the range's rows at once (vectorized across rows).
+    softmax_rows(p0, p1);
+    if (attention_short_values(probs, v, y, m, p0, p1)) return;
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t b = p / m.heads, h = p % m.heads;
+      sgemm_slice(false, false, m.tq, m.dvh, m.tk, 1.0f, probs + p * tt, m.tk,
+                  v + b * m.tk * m.dv + h * m.dvh, m.dv, 0.0f, y + b * m.tq * m.dv + h * m.dvh,
+                  m.dv, Slice{});
+    }
+    return;
+  }
+  // Long rows: one product at a time, so its scores are softmaxed and multiplied by V while
+  // they are still in cache (all products' scores first went out to memory and back twice:
+  // ~10% of the node at T = 128).
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t b = p / m.heads, h = p % m.heads;
+    sgemm_slice(false, true, m.tq, m.tk, m.dh, 1.0f, q + b * m.tq * m.d + h * m.dh, m.d,
+                k + b * m.tk * m.d + h * m.dh, m.d, 0.0f, probs + p * tt, m.tk, Slice{});
+    softmax_rows(p, p + 1);
+    sgemm_slice(false, false, m.tq, m.dvh, m.tk, 1.0f, probs + p * tt, m.tk,
+                v + b * m.tk * m.dv + h * m.dvh, m.dv, 0.0f, y + b * m.tq * m.dv + h * m.dvh, m.dv,
+                Slice{});
+  }
+}
+
+void attention_backward(const float* q, const float* k, const float* v, const float* probs, const float* dy,
+                        const float* dweights, float* dprobs, float* dq, float* dk, float* dv, bool accumulate_q,
+                        bool accumulate_k, bool accumulate_v, const AttentionDims& m, const AttentionMasking& mk,
+                        int64_t p0, int64_t p1) {
+  if (dy && !dweights &&
+      attention_short_backward(q, k, v, probs, dy, dq, dk, dv, accumulate_q, accumulate_k, accumulate_v, m, mk, p0, p1))
+    return;
+  const int64_t tt = m.tq * m.tk;
+  // One product at a time (its dP, then dS in place, stay in cache for the two products
+  // that read them). In the forward pass y = P·V: dP = dy·Vᵀ and dV = Pᵀ·dy; with
+  // P = softmax(scale·Q·Kᵀ), dS = d(Q·Kᵀ) (the scale folded in), then dQ = dS·K and
+  // dK = dSᵀ·Q.
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t b = p / m.heads, h = p % m.heads;
+    const float* dy_p = dy ? dy + b * m.tq * m.dv + h * m.dvh : nullptr;
+    float* dS = dprobs + p * tt;
+    // dP = dy·Vᵀ + the weights' own gradient.
+    if (dy)
+      sgemm_slice(false, true, m.tq, m.tk, m.dvh, 1.0f, dy_p, m.dv, v + b * m.tk * m.dv + h * m.dvh,
+                  m.dv, 0.0f, dS, m.tk, Slice{});
+    if (dweights) axpy(1.0f, dweights + p * tt, dS, tt, /*accumulate=*/dy != nullptr, Slice{});
+    if (dv && dy)
+      sgemm_slice(true, false, m.tk, m.dvh, m.tq, 1.0f, probs + p * tt, m.tk, dy_p, m.dv,
+                  accumulate_v ? 1.0f : 0.0f, dv + b * m.tk * m.dv + h * m.dvh, m.dv, Slice{});
+    for_each_mask_run(m, mk, p, p + 1, [&](int64_t r0, int64_t r1, const SoftmaxMask& mask) {
+      softmax_backward(probs + r0 * tt, dprobs + r0 * tt, dprobs + r0 * tt, r1 - r0, m.tq, m.tk,
+                       mk.scale, mask, false);
+    });
+    if (dq)
+      sgemm_slice(false, false, m.tq, m.dh, m.tk, 1.0f, dS, m.tk, k + b * m.tk * m.d + h * m.dh, m.d,
+                  accumulate_q ? 1.0f : 0.0f, dq + b * m.tq * m.d + h * m.dh, m.d, Slice{});
+    if (dk)
+      sgemm_slice(true, false, m.tk, m.dh, m.tq, 1.0f, dS, m.tk, q + b * m.tq * m.d + h * m.dh, m.d,
+                  accumulate_k ? 1.0f : 0.0f, dk + b * m.tk * m.d + h * m.dh, m.d, Slice{});
+  }
+}
+
+}  // namespace attnkit
