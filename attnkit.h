@@ -31,4 +31,5 @@
 #include "models/lessons.h"
 #include "models/rollout.h"
 #include "models/tasks.h"
+#include "models/predictor.h"
 #include "models/trainer.h"

@@ -1,7 +1,10 @@
 // .npy parsing/encoding and the converters. The zip container (.npz) is engine/npz.cc.
 #include "engine/npy.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -462,13 +465,12 @@ NpyArray read_npy(const std::string& path) {
   return parse_npy(file.data(), file.size(), path);
 }
 
-std::vector<uint8_t> encode_npy(const NpyArray& a) {
-  Dtype t = parse_descr(a.descr, "encode_npy");
-  uint64_t nbytes = checked_byte_size(a.shape, t.itemsize, "encode_npy");
-  if (a.bytes.size() != nbytes)
-    throw FileError("encode_npy: array holds " + std::to_string(a.bytes.size()) +
-                    " bytes, shape " + shape_text(a.shape) + " of " + a.descr + " needs " +
-                    std::to_string(nbytes));
+std::vector<uint8_t> encode_npy_header(const std::string& descr, const std::vector<int64_t>& shape) {
+  NpyArray a;
+  a.descr = descr;
+  a.shape = shape;
+  parse_descr(a.descr, "encode_npy");
+  checked_byte_size(a.shape, parse_descr(a.descr, "encode_npy").itemsize, "encode_npy");
   // Byte-identical to numpy's _write_array_header: sorted keys, room for the first axis to
   // grow to 21 digits, spaces and '\n' up to a multiple of 64.
   std::string header = "{'descr': '" + a.descr + "', 'fortran_order': False, 'shape': " +
@@ -490,8 +492,53 @@ std::vector<uint8_t> encode_npy(const NpyArray& a) {
   uint32_t len = static_cast<uint32_t>(header.size());
   for (size_t i = 0; i < prefix - 8; ++i) out[8 + i] = static_cast<uint8_t>(len >> (8 * i));
   out.insert(out.end(), header.begin(), header.end());
+  return out;
+}
+
+std::vector<uint8_t> encode_npy(const NpyArray& a) {
+  Dtype t = parse_descr(a.descr, "encode_npy");
+  uint64_t nbytes = checked_byte_size(a.shape, t.itemsize, "encode_npy");
+  if (a.bytes.size() != nbytes)
+    throw FileError("encode_npy: array holds " + std::to_string(a.bytes.size()) +
+                    " bytes, shape " + shape_text(a.shape) + " of " + a.descr + " needs " +
+                    std::to_string(nbytes));
+  std::vector<uint8_t> out = encode_npy_header(a.descr, a.shape);
   out.insert(out.end(), a.bytes.begin(), a.bytes.end());
   return out;
+}
+
+NpyStreamWriter::NpyStreamWriter(const std::string& path, const std::string& descr, std::vector<int64_t> shape)
+    : path_(path), shape_(std::move(shape)) {
+  const std::vector<uint8_t> header = encode_npy_header(descr, shape_);
+  itemsize_ = parse_descr(descr, path).itemsize;
+  total_ = 1;
+  for (int64_t d : shape_) total_ *= d;
+  f_ = std::fopen(path.c_str(), "wb");
+  if (!f_) throw FileError(path + ": cannot create: " + std::strerror(errno));
+  write_bytes(f_, header.data(), header.size(), path_);
+}
+
+NpyStreamWriter::~NpyStreamWriter() {
+  if (f_) std::fclose(f_);
+}
+
+void NpyStreamWriter::append(const void* data, int64_t elements) {
+  if (elements < 0 || written_ + elements > total_)
+    throw FileError(path_ + ": " + std::to_string(written_ + elements) + " elements for shape " + shape_text(shape_));
+  write_bytes(f_, data, static_cast<size_t>(elements) * itemsize_, path_);
+  written_ += elements;
+}
+
+void NpyStreamWriter::finish() {
+  if (written_ != total_)
+    throw FileError(path_ + ": " + std::to_string(written_) + " of " + std::to_string(total_) +
+                    " elements written for shape " + shape_text(shape_));
+  std::string failure;
+  if (std::fflush(f_) != 0) failure = std::string("write failed: ") + std::strerror(errno);
+  else if (::fsync(::fileno(f_)) != 0) failure = std::string("fsync failed: ") + std::strerror(errno);
+  if (std::fclose(f_) != 0 && failure.empty()) failure = std::string("close failed: ") + std::strerror(errno);
+  f_ = nullptr;
+  if (!failure.empty()) throw FileError(path_ + ": " + failure);
 }
 
 void write_npy(const std::string& path, const NpyArray& a) {

@@ -3,6 +3,7 @@
 // sizes are checked against the bytes actually present before anything large is allocated.
 #pragma once
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,30 @@ std::vector<uint8_t> encode_npy(const NpyArray& a);
 
 // Atomic writes (see write_file_atomic).
 void write_npy(const std::string& path, const NpyArray& a);
+// The header alone (numpy's layout), for arrays written in pieces.
+std::vector<uint8_t> encode_npy_header(const std::string& descr, const std::vector<int64_t>& shape);
+
+// An .npy file of a known shape written in pieces, for arrays larger than one wants in memory
+// (e.g. attention maps of a million sequences): the header first, then append() the elements in
+// C order; finish() checks that exactly shape's elements came, flushes and fsyncs. Not atomic by
+// itself: write into a staging folder (tools/run_folder.h) or a temporary name. Errors are
+// FileErrors naming the file.
+class NpyStreamWriter {
+ public:
+  NpyStreamWriter(const std::string& path, const std::string& descr, std::vector<int64_t> shape);
+  ~NpyStreamWriter();
+  NpyStreamWriter(const NpyStreamWriter&) = delete;
+  NpyStreamWriter& operator=(const NpyStreamWriter&) = delete;
+  void append(const void* data, int64_t elements);
+  void finish();
+
+ private:
+  std::string path_;
+  std::vector<int64_t> shape_;
+  std::FILE* f_ = nullptr;
+  size_t itemsize_ = 4;
+  int64_t total_ = 0, written_ = 0;
+};
 void write_npy(const std::string& path, const float* data, const std::vector<int64_t>& shape);
 void write_npy(const std::string& path, const int32_t* data, const std::vector<int64_t>& shape);
 void write_npy(const std::string& path, const int64_t* data, const std::vector<int64_t>& shape);

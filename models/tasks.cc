@@ -206,6 +206,43 @@ Dataset dataset_from(const std::map<std::string, NpyArray>& arrays, const std::s
 
 }  // namespace
 
+Dataset load_sequences(const std::string& path, const ModelConfig& c, const std::string& config_source,
+                       bool* has_targets) {
+  const bool npz = path.size() > 4 && path.compare(path.size() - 4, 4, ".npz") == 0;
+  const bool npy = path.size() > 4 && path.compare(path.size() - 4, 4, ".npy") == 0;
+  if (!npz && !npy) throw FileError(path + ": expected a .npz (X, optional Y) or an .npy of tokens [N, T]");
+  std::map<std::string, NpyArray> arrays;
+  std::string xs = "X", ys = "Y";
+  if (npy) {
+    arrays["X"] = read_npy(path);
+  } else {
+    arrays = read_npz(path);
+    if (!arrays.count("X") && arrays.count("X_val")) xs = "X_val", ys = "Y_val";
+    if (!arrays.count(xs)) {
+      std::string have;
+      for (const auto& [k, v] : arrays) have += (have.empty() ? "" : ", ") + k;
+      throw FileError(path + ": no array 'X' or 'X_val' (found " + (have.empty() ? "none" : have) + ")");
+    }
+  }
+  std::vector<int64_t> xshape, yshape;
+  Dataset d;
+  const std::string xname = npy ? path : path + ": '" + xs + "'";
+  d.x = int_array(arrays, path, xs, &xshape);
+  d.size = xshape[0], d.seq_len = xshape[1];
+  *has_targets = arrays.count(ys) > 0;
+  if (*has_targets) {
+    d.y = int_array(arrays, path, ys, &yshape);
+    if (xshape != yshape)
+      throw FileError(path + ": '" + xs + "' is [" + std::to_string(xshape[0]) + ", " + std::to_string(xshape[1]) +
+                      "] but '" + ys + "' is [" + std::to_string(yshape[0]) + ", " + std::to_string(yshape[1]) +
+                      "]; they must have the same shape");
+  } else {
+    d.y.assign(d.x.size(), -1);
+  }
+  validate_against(d, c, xname, xname, path + ": '" + ys + "'", config_source);
+  return d;
+}
+
 TaskData load_task_data(const std::string& path, const ModelConfig& c, const std::string& config_source) {
   const auto arrays = read_npz(path);
   TaskData data;

@@ -75,6 +75,13 @@ void validate_dataset(const Dataset& d, const ModelConfig& config, const std::st
 TaskData load_task_data(const std::string& path, const ModelConfig& config,
                         const std::string& config_source = "the model");
 
+// Sequences to evaluate or run: an .npz with X (or X_val) and optionally Y (or Y_val), or an
+// .npy of tokens [N, T]; integer arrays, checked against config like load_task_data (errors
+// name the file, the array, the row and the position). *has_targets says whether targets came
+// with them; without, y is all −1.
+Dataset load_sequences(const std::string& path, const ModelConfig& config, const std::string& config_source,
+                       bool* has_targets);
+
 // Accuracy counts over the positions that have an answer (target ≥ 0).
 struct Accuracy {
   int64_t correct = 0, total = 0;

@@ -172,7 +172,17 @@ CommandLine::CommandLine()
   infer_cmd->add_option("--checkpoint", infer.checkpoint, "model.safetensors (or its run folder)")
       ->required()
       ->check(path_given());
-  infer_cmd->add_option("--tokens", infer.tokens, "The sequence, e.g. \"3 1 4 1 5 9 2 6 5 3\"")->required();
+  infer_cmd->add_option("--tokens", infer.tokens, "One sequence, e.g. \"3 1 4 1 5 9 2 6 5 3\"");
+  infer_cmd->add_option("--data", infer.data,
+                        "Many sequences: .npz (X, optional Y; or X_val, Y_val), .npy int [N, T], or - for stdin "
+                        "(a line of tokens in, a line of predictions out)")
+      ->check(path_given());
+  infer_cmd->add_option("--attention", infer.attention,
+                        "With --data: the sequences whose maps attention.npy holds: all (default), none, or K,K2,...");
+  infer_cmd->add_flag("--logits", infer.logits, "With --data: also write logits.npy [N, T, classes]");
+  infer_cmd->add_option("--batch-size", infer.batch_size, "With --data: sequences per run (default 500)")
+      ->check(integer_in(1, 100000));
+  infer_cmd->add_flag("--quiet", infer.quiet, "With --data: print nothing but errors");
   infer_cmd->add_option("--out", infer.out, "Write attention.npy, meta.json (and rollout.npy) here")
       ->check(path_given());
   infer_cmd->add_option("--threads", infer.threads, "Threads (default 1)")->check(integer_in(1, 256));

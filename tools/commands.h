@@ -50,10 +50,14 @@ struct EvalArgs {
 int run_eval(const EvalArgs& args);
 
 struct InferArgs {
-  std::string checkpoint, tokens, out;
+  std::string checkpoint, tokens, out, data, attention = "all";
+  bool logits = false, quiet = false;
+  int64_t batch_size = 500;
   int threads = 1;
 };
 int run_infer(const InferArgs& args);
+// infer --data FILE|- (tools/infer_command.cc).
+int run_infer_data(const InferArgs& args);
 
 int run_rollout(const std::string& input, const std::string& output);
 

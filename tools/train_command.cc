@@ -350,8 +350,11 @@ int run_eval(const EvalArgs& a) {
   Dataset d;
   std::string source;
   if (!a.data.empty()) {
-    d = load_task_data(a.data, m.config, "the checkpoint " + path).val;
-    source = a.data + " (X_val, Y_val)";
+    bool has_targets = false;
+    d = load_sequences(a.data, m.config, "the checkpoint " + path, &has_targets);
+    if (!has_targets)  // tokens alone: scored against the task's own rule
+      for (int64_t i = 0; i < d.size; ++i) task_targets(m.config, d.tokens(i), d.y.data() + i * d.seq_len);
+    source = a.data + (has_targets ? "" : " (targets from the task's rule)");
   } else {
     const uint64_t seed = std::find(a.given.begin(), a.given.end(), "seed") != a.given.end() ? a.seed : m.options.seed + 1000;
     const int64_t n = std::find(a.given.begin(), a.given.end(), "val-size") != a.given.end() ? a.val_size : m.options.training.val_size;
@@ -366,6 +369,11 @@ int run_eval(const EvalArgs& a) {
 }
 
 int run_infer(const InferArgs& a) {
+  if (!a.data.empty() && !a.tokens.empty()) throw UsageError("--tokens and --data: give one of them");
+  if (!a.data.empty()) return run_infer_data(a);
+  if (a.tokens.empty()) throw UsageError("infer needs --tokens \"...\" (one sequence) or --data FILE (many)");
+  if (a.logits || a.attention != "all" || a.batch_size != 500)
+    throw UsageError("--logits, --attention and --batch-size apply to --data");
   const std::string path = checkpoint_in(a.checkpoint);
   LoadedModel m = load_model(path, a.threads, 1);
   const ModelConfig& c = m.config;
