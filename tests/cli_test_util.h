@@ -36,7 +36,9 @@ struct Child {
 
   // fsize_limit > 0: every file the child writes is cut at that many bytes (EFBIG, as on a
   // full disk) — RLIMIT_FSIZE, with SIGXFSZ ignored so writes fail instead of killing.
-  Child(const std::vector<std::string>& args, const fs::path& dir, const std::string& tag, long fsize_limit = 0)
+  // stdin_file: the child's standard input ("" = inherited).
+  Child(const std::vector<std::string>& args, const fs::path& dir, const std::string& tag, long fsize_limit = 0,
+        const fs::path& stdin_file = {})
       : out(dir / (tag + ".out")), err(dir / (tag + ".err")) {
     pid = ::fork();
     REQUIRE(pid >= 0);
@@ -44,6 +46,7 @@ struct Child {
       const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(o, 1), ::dup2(e, 2);
+      if (!stdin_file.empty()) ::dup2(::open(stdin_file.c_str(), O_RDONLY), 0);
       if (fsize_limit > 0) {
         ::signal(SIGXFSZ, SIG_IGN);
         struct rlimit rl {static_cast<rlim_t>(fsize_limit), static_cast<rlim_t>(fsize_limit)};
@@ -60,10 +63,12 @@ struct Child {
       ::_exit(127);
     }
   }
-  // The exit code, 128 + signal when killed.
-  int wait() {
+  // The exit code, 128 + signal when killed; *peak_rss_kb gets the child's peak memory.
+  int wait(long* peak_rss_kb = nullptr) {
     int status = 0;
-    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    struct rusage ru {};
+    REQUIRE(::wait4(pid, &status, 0, &ru) == pid);
+    if (peak_rss_kb) *peak_rss_kb = ru.ru_maxrss;
     pid = -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }

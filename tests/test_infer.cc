@@ -1,0 +1,200 @@
+// attnkit infer --data and eval --data: every input format, the files numpy reads back, the
+// stdin mode, errors that name the file and leave nothing behind, memory that does not grow
+// with N, and predictions equal to those of the training graph's forward (attnkit::Predictor).
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli_test_util.h"
+#include "engine/npy.h"
+#include "engine/npz.h"
+#include "engine/rng.h"
+#include "models/predictor.h"
+#include "models/tasks.h"
+#include "models/trainer.h"
+
+namespace {
+
+using namespace attnkit::testing;
+using attnkit::NpyArray;
+
+fs::path scratch(const std::string& name) { return cli_scratch("test_infer_tmp", name); }
+
+// A trained neighbor-sum run, shared by the cases (trained once per test program).
+const fs::path& trained_run() {
+  static const fs::path run = [] {
+    const fs::path dir = scratch("trained");
+    REQUIRE(run_cli({"train", "neighbor-sum", "--epochs", "3", "--quiet", "--no-pictures", "--out", (dir / "run").string()},
+                    dir, "train") == 0);
+    return dir / "run";
+  }();
+  return run;
+}
+
+// n neighbor-sum sequences and their targets.
+void sequences(int64_t n, std::vector<int32_t>* x, std::vector<int32_t>* y, uint64_t seed = 3) {
+  attnkit::Rng rng(seed);
+  const attnkit::ModelConfig c = attnkit::lesson_config("neighbor-sum");
+  const attnkit::Dataset d = attnkit::generate_dataset(c, n, rng);
+  *x = d.x, *y = d.y;
+}
+
+}  // namespace
+
+TEST_CASE("infer --data: npz and npy in, predictions logits attention rollout and metrics out, accuracy as eval") {
+  const fs::path dir = scratch("formats");
+  std::vector<int32_t> x, y;
+  sequences(1234, &x, &y);
+  attnkit::write_npz((dir / "xy.npz").string(), {{"X", attnkit::make_npy(x.data(), {1234, 10})},
+                                                  {"Y", attnkit::make_npy(y.data(), {1234, 10})}});
+  attnkit::write_npz((dir / "val.npz").string(), {{"X_val", attnkit::make_npy(x.data(), {1234, 10})},
+                                                   {"Y_val", attnkit::make_npy(y.data(), {1234, 10})}});
+  attnkit::write_npy((dir / "x.npy").string(), x.data(), {1234, 10});
+  Child eval({"eval", "--checkpoint", trained_run().string(), "--data", (dir / "xy.npz").string()}, dir, "eval");
+  REQUIRE(eval.wait() == 0);
+  const std::string eval_out = slurp(eval.out);
+  const std::string accuracy = eval_out.substr(eval_out.find("accuracy ") + 9, 6);
+
+  for (const char* input : {"xy.npz", "val.npz", "x.npy"}) {
+    INFO(input);
+    const fs::path out = dir / (std::string("out_") + input);
+    Child c({"infer", "--checkpoint", trained_run().string(), "--data", (dir / input).string(), "--out", out.string(),
+             "--logits", "--batch-size", "100"},
+            dir, "infer");
+    REQUIRE(c.wait() == 0);
+    const NpyArray p = attnkit::read_npy((out / "predictions.npy").string());
+    CHECK(p.descr == "<i4");
+    CHECK(p.shape == std::vector<int64_t>{1234, 10});
+    CHECK(attnkit::read_npy((out / "logits.npy").string()).shape == std::vector<int64_t>{1234, 10, 10});
+    const NpyArray a = attnkit::read_npy((out / "attention.npy").string());
+    CHECK(a.shape == std::vector<int64_t>{1234, 1, 2, 10, 10});
+    const std::vector<float> w = attnkit::to_float32(a, "attention.npy");
+    for (int64_t r = 0; r < 1234 * 2 * 10; r += 97) {
+      double sum = 0;
+      for (int j = 0; j < 10; ++j) sum += w[static_cast<size_t>(r * 10 + j)];
+      CHECK(std::abs(sum - 1.0) < 1e-5);
+    }
+    const auto m = json_file(out / "metrics.json");
+    CHECK(m["N"] == 1234);
+    CHECK(m["sequences_per_second"].get<double>() > 0);
+    if (std::string(input) != "x.npy") {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "%.4f", m["accuracy"].get<double>());
+      CHECK(std::string(buf) == accuracy);  // the number eval reports on the same data
+    } else {
+      CHECK(m["accuracy"].is_null());
+    }
+  }
+  // A subset of the maps, and none.
+  REQUIRE(run_cli({"infer", "--checkpoint", trained_run().string(), "--data", (dir / "x.npy").string(), "--out",
+                   (dir / "some").string(), "--attention", "7,3,1200", "--quiet"},
+                  dir, "some") == 0);
+  CHECK(attnkit::read_npy((dir / "some" / "attention.npy").string()).shape == std::vector<int64_t>{3, 1, 2, 10, 10});
+  CHECK(json_file(dir / "some" / "metrics.json")["attention_sequences"] == nlohmann::json({3, 7, 1200}));
+  REQUIRE(run_cli({"infer", "--checkpoint", trained_run().string(), "--data", (dir / "x.npy").string(), "--out",
+                   (dir / "none").string(), "--attention", "none", "--quiet"},
+                  dir, "none") == 0);
+  CHECK_FALSE(fs::exists(dir / "none" / "attention.npy"));
+}
+
+TEST_CASE("infer --data - answers each stdin line with a line of predictions") {
+  const fs::path dir = scratch("stdin");
+  std::ofstream(dir / "in.txt") << "1 2 3 4 5 6 7 8 9 0\n3 3 3 3 3 3 3 3 3 3\n";
+  Child c({"infer", "--checkpoint", trained_run().string(), "--data", "-"}, dir, "stdin", 0, dir / "in.txt");
+  REQUIRE(c.wait() == 0);
+  attnkit::Predictor p = attnkit::Predictor::load(trained_run().string(), {1, 2});
+  const std::vector<int32_t> lines = {1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3};
+  const attnkit::Prediction& r = p.predict(lines.data(), 2);
+  std::string expected;
+  for (int i = 0; i < 20; ++i) expected += std::to_string(r.predictions[i]) + (i % 10 == 9 ? "\n" : " ");
+  CHECK(slurp(c.out) == expected);
+  std::ofstream(dir / "bad.txt") << "1 2 3 4 5 6 7 8 9 0\n1 2 x\n";
+  Child bad({"infer", "--checkpoint", trained_run().string(), "--data", "-"}, dir, "bad", 0, dir / "bad.txt");
+  CHECK(bad.wait() == 1);
+  CHECK(slurp(bad.out) == expected.substr(0, 20));  // the good line was answered before the bad one
+  CHECK(bad.stderr_text().find("stdin line 2, position 2: 'x' is not an integer token") != std::string::npos);
+}
+
+TEST_CASE("infer --data with bad input: one error line naming file array row and position and no folder left") {
+  const fs::path dir = scratch("bad");
+  std::vector<int32_t> x, y;
+  sequences(50, &x, &y);
+  std::vector<int32_t> big = x;
+  big[3 * 10 + 4] = 10;  // outside the vocabulary
+  attnkit::write_npy((dir / "vocab.npy").string(), big.data(), {50, 10});
+  attnkit::write_npy((dir / "short.npy").string(), x.data(), {100, 5});
+  std::vector<float> f(x.begin(), x.end());
+  attnkit::write_npy((dir / "float.npy").string(), f.data(), {50, 10});
+  attnkit::write_npy((dir / "good.npy").string(), x.data(), {50, 10});
+  const std::string good = slurp(dir / "good.npy");
+  std::ofstream(dir / "cut.npy", std::ios::binary) << good.substr(0, good.size() - 7);
+  attnkit::write_npz((dir / "noX.npz").string(), {{"Z", attnkit::make_npy(x.data(), {50, 10})}});
+  struct Bad {
+    const char* file;
+    std::string message;
+  };
+  for (const Bad& b : {Bad{"vocab.npy", "token 10 at [3, 4]"}, Bad{"short.npy", "sequences have length 5"},
+                       Bad{"float.npy", "must be integers"}, Bad{"cut.npy", "cut.npy"},
+                       Bad{"noX.npz", "no array 'X' or 'X_val'"}, Bad{"missing.npz", "missing.npz"}}) {
+    INFO(b.file);
+    const fs::path out = dir / "out";
+    Child c({"infer", "--checkpoint", trained_run().string(), "--data", (dir / b.file).string(), "--out", out.string()},
+            dir, "bad");
+    CHECK(c.wait() == 1);
+    const std::string err = c.stderr_text();
+    CHECK(err.rfind("error: ", 0) == 0);
+    CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+    CHECK(err.find(b.message) != std::string::npos);
+    CHECK(err.find(b.file) != std::string::npos);
+    CHECK_FALSE(fs::exists(out));
+  }
+}
+
+TEST_CASE("infer --data memory does not grow with N: the arena is the batch's and the maps go to disk in pieces") {
+  const fs::path dir = scratch("memory");
+  long rss[2] = {0, 0};
+  int64_t arena[2] = {0, 0};
+  const int64_t sizes[2] = {2000, 200000};  // 200000 sequences: 160 MB of attention maps
+  for (int k = 0; k < 2; ++k) {
+    std::vector<int32_t> x, y;
+    sequences(sizes[k], &x, &y, 9);
+    attnkit::write_npy((dir / "x.npy").string(), x.data(), {sizes[k], 10});
+    Child c({"infer", "--checkpoint", trained_run().string(), "--data", (dir / "x.npy").string(), "--out",
+             (dir / ("out" + std::to_string(k))).string(), "--quiet"},
+            dir, "mem");
+    REQUIRE(c.wait(&rss[k]) == 0);
+    arena[k] = json_file(dir / ("out" + std::to_string(k)) / "metrics.json")["arena_bytes"].get<int64_t>();
+    fs::remove_all(dir / ("out" + std::to_string(k)));
+  }
+  CHECK(arena[0] == arena[1]);
+  INFO("peak RSS " << rss[0] << " kB at N = 2000, " << rss[1] << " kB at N = 200000");
+  // The tokens themselves (8 MB) and their checks are all that grows, not the 160 MB of maps.
+  CHECK(rss[1] - rss[0] < 40 * 1024);
+}
+
+TEST_CASE("Predictor answers as the training graph's forward does and allocates its buffers once") {
+  const attnkit::Predictor p = attnkit::Predictor::load(trained_run().string(), {1, 64});
+  attnkit::Predictor q = attnkit::Predictor::load((trained_run() / "model.safetensors").string(), {2, 64});
+  std::vector<int32_t> x, y;
+  sequences(200, &x, &y, 21);
+  attnkit::Dataset d;
+  d.size = 200, d.seq_len = 10, d.x = x, d.y = y;
+  // The training graph (with backward) of the same checkpoint.
+  const auto meta = attnkit::read_checkpoint_metadata((trained_run() / "model.safetensors").string());
+  attnkit::ModelRunner train_graph(p.config(), 64, 1, 0, /*with_backward=*/true);
+  train_graph.load((trained_run() / "model.safetensors").string());
+  std::vector<int32_t> expected;
+  train_graph.evaluate(d, &expected);
+  for (int64_t start = 0; start < 200; start += 64) {
+    const int64_t n = std::min<int64_t>(64, 200 - start);
+    const attnkit::Prediction& r = q.predict(x.data() + start * 10, n);
+    for (int64_t i = 0; i < n * 10; ++i) REQUIRE(r.predictions[i] == expected[static_cast<size_t>(start * 10 + i)]);
+  }
+  CHECK(p.arena_bytes() < train_graph.executor().plan().arena_bytes);  // forward-only: no saved activations
+  std::vector<int32_t> bad(x.begin(), x.begin() + 10);
+  bad[7] = 99;
+  CHECK_THROWS_WITH(q.predict(bad.data(), 1), Catch::Contains("sequence 0, position 7: token 99 is outside"));
+  CHECK_THROWS_WITH(q.predict(x.data(), 65), Catch::Contains("expected 1 to 64"));
+}
