@@ -104,6 +104,12 @@ class Graph {
   // Marks a tensor to stay readable after each run (outputs, attention maps).
   void keep(Tensor t);
 
+  // For a graph that only runs forward (inference): the folds and fusions backward() applies
+  // to training graphs (engine/passes.cc), and every node no kept tensor needs is dropped (e.g.
+  // a loss nobody reads). Call once, after the last op; results are those of the unoptimized graph
+  // up to rounding where a fold reassociates a product.
+  void optimize_for_inference();
+
   // Appends the backward of everything `loss` depends on (loss must be a 1-element
   // float tensor). Parameters and inputs with requires_grad get gradients; call once.
   void backward(Tensor loss);

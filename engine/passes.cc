@@ -59,6 +59,13 @@ Tensor folded_linear(Graph& g, TensorId x, const Tensor& w, const Tensor& b, int
   return folded_linear(g, n.in[0], w, b, depth + 1) + folded_linear(g, n.in[1], w, Tensor(), depth + 1);
 }
 
+void Graph::optimize_for_inference() {
+  if (has_backward()) throw ShapeError("optimize_for_inference: the graph has a backward (it is a training graph)");
+  if (fold_embedding_projections_) optimize_forward(kNoTensor);
+  remove_dead_forward_nodes(kNoTensor);
+  if (fuse_elementwise_) fuse_elementwise(kNoTensor);
+}
+
 int64_t Graph::uses(TensorId t, TensorId loss) const {
   int64_t n = tensor(t).keep || t == loss ? 1 : 0;
   for (const Node& node : nodes_)
@@ -115,7 +122,7 @@ void Graph::optimize_forward(TensorId loss) {
 
 void Graph::remove_dead_forward_nodes(TensorId loss) {
   std::vector<bool> live(tensors_.size(), false);
-  live[static_cast<size_t>(loss)] = true;
+  if (loss != kNoTensor) live[static_cast<size_t>(loss)] = true;
   for (size_t t = 0; t < tensors_.size(); ++t) live[t] = live[t] || tensors_[t].keep;
   std::vector<bool> keep_node(nodes_.size(), false);
   for (size_t i = nodes_.size(); i-- > 0;) {

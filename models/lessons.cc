@@ -106,6 +106,7 @@ Model build_model(const ModelConfig& c, int64_t max_batch, bool with_backward) {
   g.keep(m.logits);
   m.loss = cross_entropy(m.logits, m.targets);
   if (with_backward) g.backward(m.loss);
+  else g.optimize_for_inference();  // the loss is not kept: an inference graph does not compute it
   return m;
 }
 
