@@ -1,8 +1,10 @@
 // Graph ops of elementwise math (engine/functional.h): add, sub, mul, div with broadcasting
 // and with float scalars, exp, log, tanh, sigmoid, gelu, their backwards, and the sum of a
 // broadcast operand's gradient over the dims it was broadcast along (kSumTo).
-#include <cmath>
+#include <algorithm>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "engine/functional.h"
 #include "engine/op_table.h"
