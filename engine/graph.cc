@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "engine/functional.h"
 #include "engine/op_table.h"
 
 namespace attnkit {
@@ -41,10 +42,9 @@ std::string Shape::str() const {
 
 const TensorDesc& Tensor::desc() const { return graph_->tensor(id_); }
 
-Tensor operator+(const Tensor& a, const Tensor& b) {
-  if (&a.graph() != &b.graph()) throw ShapeError("add: tensors belong to different graphs");
-  return a.graph().apply(OpKind::kAdd, {a.id(), b.id()})[0];
-}
+// kAdd where it takes the shapes (the lessons' sums, which its fusions know), else the
+// general broadcasting add (engine/op_math.cc).
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 
 Graph::Graph(int64_t max_batch) : max_batch_(max_batch) {
   if (max_batch < 1) throw ShapeError("graph: max_batch must be at least 1, got " + std::to_string(max_batch));

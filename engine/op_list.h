@@ -24,7 +24,34 @@
 
 // Primitive ops (engine/functional.h), one group per line so groups are added independently.
 #define ATTNKIT_SHAPE_OPS(X)
-#define ATTNKIT_MATH_OPS(X)
+#define ATTNKIT_MATH_OPS(X)                             \
+  X(kAddBroadcast, kAddBroadcastOp)                     \
+  X(kSub, kSubOp)                                       \
+  X(kMul, kMulOp)                                       \
+  X(kDiv, kDivOp)                                       \
+  X(kAddScalar, kAddScalarOp)                           \
+  X(kMulScalar, kMulScalarOp)                           \
+  X(kRsubScalar, kRsubScalarOp)                         \
+  X(kDivScalar, kDivScalarOp)                           \
+  X(kRdivScalar, kRdivScalarOp)                         \
+  X(kExp, kExpOp)                                       \
+  X(kLog, kLogOp)                                       \
+  X(kTanh, kTanhOp)                                     \
+  X(kSigmoid, kSigmoidOp)                               \
+  X(kGelu, kGeluOp)                                     \
+  X(kSum, kSumOp)                                       \
+  X(kMean, kMeanOp)                                     \
+  X(kSumLast, kSumLastOp)                               \
+  X(kMeanLast, kMeanLastOp)                             \
+  X(kExpBackward, kExpBackwardOp)                       \
+  X(kLogBackward, kLogBackwardOp)                       \
+  X(kTanhBackward, kTanhBackwardOp)                     \
+  X(kSigmoidBackward, kSigmoidBackwardOp)               \
+  X(kGeluBackward, kGeluBackwardOp)                     \
+  X(kDivBackward, kDivBackwardOp)                       \
+  X(kSumTo, kSumToOp)                                   \
+  X(kSumBackward, kSumBackwardOp)                       \
+  X(kMeanBackward, kMeanBackwardOp)
 #define ATTNKIT_SOFTMAX_OPS(X)
 
 #define ATTNKIT_OPS(X) ATTNKIT_CORE_OPS(X) ATTNKIT_SHAPE_OPS(X) ATTNKIT_MATH_OPS(X) ATTNKIT_SOFTMAX_OPS(X)
