@@ -25,6 +25,6 @@
 // Primitive ops (engine/functional.h), one group per line so groups are added independently.
 #define ATTNKIT_SHAPE_OPS(X)
 #define ATTNKIT_MATH_OPS(X)
-#define ATTNKIT_SOFTMAX_OPS(X)
+#define ATTNKIT_SOFTMAX_OPS(X) X(kSoftmax, kSoftmaxOp) X(kSoftmaxBackward, kSoftmaxBackwardOp) X(kSoftmaxMaskGrad, kSoftmaxMaskGradOp) X(kMaskedFill, kMaskedFillOp) X(kMaskedFillBackward, kMaskedFillBackwardOp) X(kDropout, kDropoutOp) X(kDropoutBackward, kDropoutBackwardOp) X(kMseLoss, kMseLossOp) X(kMseLossBackward, kMseLossBackwardOp)
 
 #define ATTNKIT_OPS(X) ATTNKIT_CORE_OPS(X) ATTNKIT_SHAPE_OPS(X) ATTNKIT_MATH_OPS(X) ATTNKIT_SOFTMAX_OPS(X)

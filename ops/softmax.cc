@@ -286,6 +286,28 @@ void SoftmaxForward(const float* x, float* y, int64_t groups, int64_t tq, int64_
   }
 }
 
+// y = scale·x + add over this slice's rows, then the softmax of y in place with scale 1 (a
+// multiply by 1 is exact, so forbidden scores and the rest go exactly as in SoftmaxForward).
+void SoftmaxForwardAdditive(const float* x, const float* add, int64_t add_group_div, float* y,
+                            int64_t groups, int64_t tq, int64_t tk, float scale,
+                            const SoftmaxMask& mask, Slice s) {
+  if (tk <= 0) return;
+  const hn::ScalableTag<float> d;
+  const auto vscale = hn::Set(d, scale);
+  const auto [r0, r1] = slice_range(groups * tq, s);
+  int64_t g = r0 / tq, i = r0 % tq;  // row r = query i of group g
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * tk;
+    const float* ar = add + ((g / add_group_div) * tq + i) * tk;
+    float* yr = y + r * tk;
+    ForEachVector(d, yr, 0, tk, [&](int64_t j, size_t n) {
+      return hn::MulAdd(LoadUpTo(d, xr + j, n), vscale, LoadUpTo(d, ar + j, n));
+    });
+    if (++i == tq) i = 0, ++g;
+  }
+  SoftmaxForward(y, y, groups, tq, tk, 1.0f, mask, s);
+}
+
 // ------------------------------------------------------------------ backward
 
 // In the forward pass y = softmax(z), z = scale·x (or -1e9 where forbidden), so
@@ -376,6 +398,14 @@ HWY_AFTER_NAMESPACE();
 namespace attnkit {
 HWY_EXPORT(SoftmaxForward);
 HWY_EXPORT(SoftmaxBackward);
+HWY_EXPORT(SoftmaxForwardAdditive);
+
+void softmax_forward_additive(const float* x, const float* add, int64_t add_group_div, float* y,
+                              int64_t groups, int64_t tq, int64_t tk, float scale,
+                              const SoftmaxMask& mask, Slice s) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxForwardAdditive)(x, add, add_group_div, y, groups, tq, tk, scale,
+                                               mask, s);
+}
 
 void softmax_forward(const float* x, float* y, int64_t groups, int64_t tq, int64_t tk,
                      float scale, const SoftmaxMask& mask, Slice s) {
