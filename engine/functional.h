@@ -27,9 +27,9 @@ struct SoftmaxOptions {
   float scale = 1.0f;  // the scores are scale·x
   // Optional. uint8: non-zero = forbidden, probability 0; a row with every key forbidden
   // comes out all zeros (and passes no gradient). float: added to the scaled scores
-  // (softmax(scale·x + mask), −inf for forbidden; a row of −inf only comes out NaN, as in
-  // PyTorch); it gets its own gradient when it needs one (summed over the dims it broadcasts
-  // over).
+  // (softmax(scale·x + mask), −inf for forbidden; a row with −inf at every allowed key comes
+  // out all zeros too, where PyTorch gives NaN); it gets its own gradient when it needs one
+  // (summed over the dims it broadcasts over).
   Tensor mask;
   // Key j is forbidden for query i when j > i (i, j: x's last two dims), with the mask's.
   bool causal = false;

@@ -29,9 +29,9 @@ void softmax_forward(const float* x, float* y, int64_t groups, int64_t tq, int64
 
 // y = softmax(scale·x + add, forbidden scores := -1e9) over each row of length tk: an additive
 // (float) mask fused in. add is laid out [add_groups, tq, tk]; group g reads slab
-// g / add_group_div (like SoftmaxMask::data). A row whose every score is -inf comes out NaN
-// (0/0), as in PyTorch. x and y may be the same buffer; Slices split the groups·tq rows exactly
-// as softmax_forward's do. The backward is softmax_backward: d(scale·x + add) is its result
+// g / add_group_div (like SoftmaxMask::data). A row whose every allowed score is -inf comes out
+// all zeros (its backward gives zeros too). x and y may be the same buffer; Slices split the
+// groups·tq rows exactly as softmax_forward's do. The backward is softmax_backward: d(scale·x + add) is its result
 // for scale 1, dx that for `scale`.
 void softmax_forward_additive(const float* x, const float* add, int64_t add_group_div, float* y,
                               int64_t groups, int64_t tq, int64_t tk, float scale,

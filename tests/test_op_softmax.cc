@@ -111,6 +111,12 @@ TEST_CASE("softmax over rows of 1 to 64 keys matches the reference and its gradi
     check_softmax({2, 5, tk}, 0.35, false, MaskKind::kNone);
   }
   check_softmax({2, 7}, 1.0, false, MaskKind::kNone);
+  // An unbatched vector.
+  OpCheck c;
+  c.inputs = {{"v", {19}, false}};
+  c.build = [](Graph&, const std::vector<Tensor>& in) { return softmax(in[0]); };
+  c.reference = [](const Inputs& x) { return ref_softmax(x[0], Shape{19}, 1.0, false); };
+  check_op(c);
   check_softmax({2, 2, 3, 17}, 2.0, false, MaskKind::kNone, {}, false, /*threads=*/2);
 }
 
@@ -140,6 +146,53 @@ TEST_CASE("softmax with an additive mask and the mask's gradient", "[softmax]") 
   }
   check_softmax({2, 3, 4, 10}, 0.7, true, MaskKind::kAdd, {2, 1, 4, 10}, true, /*threads=*/2);
   check_softmax({2, 3, 4, 17}, 0.7, false, MaskKind::kAdd, {3, 4, 17}, false, /*threads=*/2);
+}
+
+TEST_CASE("softmax with an additive mask of minus infinity", "[softmax]") {
+  // −inf keys get probability 0; a row with −inf at every allowed key is all zeros, also when
+  // the causal keys after it are finite.
+  test::for_each_simd_target([](const std::string&) {
+    for (int64_t tk : {5, 40}) {
+      Graph g(1);
+      Tensor x = g.input("x", {2, tk}, DType::kF32);
+      Tensor m = g.input_unbatched("m", {2, tk}, DType::kF32);
+      SoftmaxOptions o;
+      o.mask = m;
+      Tensor y = softmax(x, o);
+      g.keep(y);
+      Executor ex(g, {1, 0, false});
+      for (int64_t j = 0; j < 2 * tk; ++j) {
+        ex.f32(x.id())[j] = 0.01f * static_cast<float>(j);
+        ex.f32(m.id())[j] = j >= tk || j % 2 == 1 ? -std::numeric_limits<float>::infinity() : 0.0f;
+      }
+      ex.forward();
+      double sum = 0;
+      for (int64_t j = 0; j < tk; ++j) {
+        if (j % 2 == 1) REQUIRE(ex.f32(y.id())[j] == 0.0f);
+        sum += ex.f32(y.id())[j];
+      }
+      CHECK(std::fabs(sum - 1.0) < 1e-6);
+      for (int64_t j = tk; j < 2 * tk; ++j) REQUIRE(ex.f32(y.id())[j] == 0.0f);
+    }
+    // Causal: row 1 allows keys 0 and 1, both −inf; its later keys are finite.
+    Graph g(1);
+    Tensor x = g.input("x", {3, 4}, DType::kF32);
+    Tensor m = g.input_unbatched("m", {3, 4}, DType::kF32);
+    SoftmaxOptions o;
+    o.mask = m;
+    o.causal = true;
+    Tensor y = softmax(x, o);
+    g.keep(y);
+    Executor ex(g, {1, 0, false});
+    for (int j = 0; j < 12; ++j) {
+      ex.f32(x.id())[j] = 0.1f * static_cast<float>(j);
+      ex.f32(m.id())[j] = j == 4 || j == 5 ? -std::numeric_limits<float>::infinity() : 0.0f;
+    }
+    ex.forward();
+    for (int j = 4; j < 8; ++j) REQUIRE(ex.f32(y.id())[j] == 0.0f);
+    CHECK(ex.f32(y.id())[0] == 1.0f);
+    CHECK(std::fabs(ex.f32(y.id())[8] + ex.f32(y.id())[9] + ex.f32(y.id())[10] - 1.0f) < 1e-6f);
+  });
 }
 
 TEST_CASE("softmax gives zeros for rows whose every key is masked", "[softmax]") {
