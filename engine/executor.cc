@@ -203,6 +203,11 @@ void Executor::train_step(Adam* optimizer) {
   ++training_steps_;
   parallel_training_steps_ += threads > 1;
   const auto start = std::chrono::steady_clock::now();
+  struct Training {  // training() is true for this run only, also when it throws
+    bool& on;
+    explicit Training(bool& b) : on(b) { on = true; }
+    ~Training() { on = false; }
+  } training(training_);
   run_nodes(0, graph_.nodes().size(), optimizer, threads);
   record_training_step(threads, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }

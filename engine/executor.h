@@ -32,6 +32,8 @@ class Executor final : public RunContext {
   // Batch of the next runs, 1 ≤ batch ≤ the graph's max_batch; no re-planning.
   void set_batch(int64_t batch);
   int64_t batch() const override { return batch_; }
+  // True while train_step runs (dropout drops only then).
+  bool training() const override { return training_; }
   void set_threads(int threads);
   int threads() const { return threads_; }
   // Threads the next run uses (1 when adaptive measurement found more threads slower).
@@ -102,11 +104,12 @@ class Executor final : public RunContext {
   int64_t barriers_per_step() const;
   // Training steps run so far, and how many of them ran on more than one thread (the
   // adaptive probes' and the parallel verdicts' steps).
-  int64_t training_steps() const { return training_steps_; }
+  int64_t training_steps() const override { return training_steps_; }
   int64_t parallel_training_steps() const { return parallel_training_steps_; }
 
  private:
   int64_t training_steps_ = 0, parallel_training_steps_ = 0;
+  bool training_ = false;
 
  public:
   // Per-node time (for performance work): while profiling is on, thread 0 of each run

@@ -37,6 +37,10 @@ struct NodeAttrs {
   // Graph::backward() when it fuses the ReLUs of a training graph (see fuse_elementwise).
   // (A kLinear may also have a 4th input r, added in its store: y = x·W + b (relu'd) + r.)
   bool relu = false;
+  // kMaskedFill: the fill value. kDropout, kDropoutBackward: the drop probability p.
+  float value = 0.0f;
+  // kDropout, kDropoutBackward: the seed the drop masks are drawn from.
+  uint64_t seed = 0;
 };
 
 // One kind per entry of engine/op_list.h.

@@ -52,6 +52,15 @@
   X(kSumTo, kSumToOp)                                   \
   X(kSumBackward, kSumBackwardOp)                       \
   X(kMeanBackward, kMeanBackwardOp)
-#define ATTNKIT_SOFTMAX_OPS(X)
+#define ATTNKIT_SOFTMAX_OPS(X)                          \
+  X(kSoftmax, kSoftmaxOp)                               \
+  X(kSoftmaxBackward, kSoftmaxBackwardOp)               \
+  X(kSoftmaxMaskGrad, kSoftmaxMaskGradOp)               \
+  X(kMaskedFill, kMaskedFillOp)                         \
+  X(kMaskedFillBackward, kMaskedFillBackwardOp)         \
+  X(kDropout, kDropoutOp)                               \
+  X(kDropoutBackward, kDropoutBackwardOp)               \
+  X(kMseLoss, kMseLossOp)                               \
+  X(kMseLossBackward, kMseLossBackwardOp)
 
 #define ATTNKIT_OPS(X) ATTNKIT_CORE_OPS(X) ATTNKIT_SHAPE_OPS(X) ATTNKIT_MATH_OPS(X) ATTNKIT_SOFTMAX_OPS(X)

@@ -18,6 +18,12 @@ class RunContext {
   virtual uint8_t* u8(TensorId id) const = 0;
   virtual Shape shape(TensorId id) const = 0;  // dim 0 = current batch for batched tensors
   virtual int64_t batch() const = 0;
+  // Whether this run is a training step (Executor::train_step; false in Executor::forward):
+  // dropout drops elements only then.
+  virtual bool training() const { return false; }
+  // Training steps run so far, the current one included: dropout draws its mask from
+  // (seed, step, element), a fresh one each step and the same for the step's backward.
+  virtual int64_t training_steps() const { return 0; }
 };
 
 struct OpDef {

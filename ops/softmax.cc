@@ -271,10 +271,9 @@ static void SoftmaxShortRows(const float* x, float* y, int64_t groups, int64_t r
   }
 }
 
-void SoftmaxForward(const float* x, float* y, int64_t groups, int64_t tq, int64_t tk,
-                    float scale, const SoftmaxMask& mask, Slice s) {
-  if (tk <= 0) return;
-  const auto [r0, r1] = slice_range(groups * tq, s);
+// Rows [r0, r1) of the groups·tq rows. Each row's result does not depend on r0 and r1.
+static void SoftmaxForwardRows(const float* x, float* y, int64_t groups, int64_t r0, int64_t r1,
+                               int64_t tq, int64_t tk, float scale, const SoftmaxMask& mask) {
   if (tk <= ATTNKIT_SOFTMAX_TRANSPOSED_MAX) {
     SoftmaxShortRows(x, y, groups, r0, r1, tq, tk, scale, mask);
     return;
@@ -283,6 +282,49 @@ void SoftmaxForward(const float* x, float* y, int64_t groups, int64_t tq, int64_
   for (int64_t r = r0; r < r1; ++r) {
     SoftmaxRow(x + r * tk, y + r * tk, tk, scale, RowMask(mask, g, i, tq, tk));
     if (++i == tq) i = 0, ++g;
+  }
+}
+
+void SoftmaxForward(const float* x, float* y, int64_t groups, int64_t tq, int64_t tk,
+                    float scale, const SoftmaxMask& mask, Slice s) {
+  if (tk <= 0) return;
+  const auto [r0, r1] = slice_range(groups * tq, s);
+  SoftmaxForwardRows(x, y, groups, r0, r1, tq, tk, scale, mask);
+}
+
+// y = scale·x + add, then the softmax of y in place with scale 1 (a multiply by 1 is exact, so
+// forbidden scores and the rest go exactly as in SoftmaxForward), kChunk rows at a time while
+// they are in cache. A row with no allowed finite score (every allowed one −inf) would come
+// out NaN or uniform depending on the target: it is set to zeros instead.
+void SoftmaxForwardAdditive(const float* x, const float* add, int64_t add_group_div, float* y,
+                            int64_t groups, int64_t tq, int64_t tk, float scale,
+                            const SoftmaxMask& mask, Slice s) {
+  if (tk <= 0) return;
+  constexpr int64_t kChunk = 64;
+  const hn::ScalableTag<float> d;
+  const auto vscale = hn::Set(d, scale);
+  const auto [r0, r1] = slice_range(groups * tq, s);
+  bool dead[kChunk];
+  for (int64_t c0 = r0; c0 < r1; c0 += kChunk) {
+    const int64_t c1 = std::min(r1, c0 + kChunk);
+    int64_t g = c0 / tq, i = c0 % tq;  // row r = query i of group g
+    for (int64_t r = c0; r < c1; ++r) {
+      const float* xr = x + r * tk;
+      const float* ar = add + ((g / add_group_div) * tq + i) * tk;
+      float* yr = y + r * tk;
+      ForEachVector(d, yr, 0, tk, [&](int64_t j, size_t n) {
+        return hn::MulAdd(LoadUpTo(d, xr + j, n), vscale, LoadUpTo(d, ar + j, n));
+      });
+      const RowMask rm(mask, g, i, tq, tk);
+      bool any = false;
+      for (int64_t j = 0; j < rm.first_causal && !any; ++j)
+        any = yr[j] != -HUGE_VALF && !(rm.flags && rm.flags[j]);
+      dead[r - c0] = !any;
+      if (++i == tq) i = 0, ++g;
+    }
+    SoftmaxForwardRows(y, y, groups, c0, c1, tq, tk, 1.0f, mask);
+    for (int64_t r = c0; r < c1; ++r)
+      if (dead[r - c0]) std::fill(y + r * tk, y + (r + 1) * tk, 0.0f);
   }
 }
 
@@ -376,6 +418,14 @@ HWY_AFTER_NAMESPACE();
 namespace attnkit {
 HWY_EXPORT(SoftmaxForward);
 HWY_EXPORT(SoftmaxBackward);
+HWY_EXPORT(SoftmaxForwardAdditive);
+
+void softmax_forward_additive(const float* x, const float* add, int64_t add_group_div, float* y,
+                              int64_t groups, int64_t tq, int64_t tk, float scale,
+                              const SoftmaxMask& mask, Slice s) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxForwardAdditive)(x, add, add_group_div, y, groups, tq, tk, scale,
+                                               mask, s);
+}
 
 void softmax_forward(const float* x, float* y, int64_t groups, int64_t tq, int64_t tk,
                      float scale, const SoftmaxMask& mask, Slice s) {

@@ -27,6 +27,16 @@ inline constexpr float kMaskedScore = -1e9f;
 void softmax_forward(const float* x, float* y, int64_t groups, int64_t tq, int64_t tk,
                      float scale, const SoftmaxMask& mask, Slice s = {});
 
+// y = softmax(scale·x + add, forbidden scores := -1e9) over each row of length tk: an additive
+// (float) mask fused in. add is laid out [add_groups, tq, tk]; group g reads slab
+// g / add_group_div (like SoftmaxMask::data). A row whose every allowed score is -inf comes out
+// all zeros (its backward gives zeros too). x and y may be the same buffer; Slices split the
+// groups·tq rows exactly as softmax_forward's do. The backward is softmax_backward: d(scale·x + add) is its result
+// for scale 1, dx that for `scale`.
+void softmax_forward_additive(const float* x, const float* add, int64_t add_group_div, float* y,
+                              int64_t groups, int64_t tq, int64_t tk, float scale,
+                              const SoftmaxMask& mask, Slice s = {});
+
 // Backward of softmax_forward given its output y: dx = scale·y⊙(dy − Σ dy⊙y) per row, and 0
 // at forbidden scores (they were replaced by a constant). dx may alias dy.
 // accumulate: dx += … instead of dx = … (dx is not read when false).
