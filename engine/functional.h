@@ -24,7 +24,8 @@ Tensor matmul(Tensor a, Tensor b, bool trans_a = false, bool trans_b = false);
 Tensor transpose(Tensor x, int d0, int d1);
 // The same elements in row-major order under `shape` (the full shape, at most one -1, which
 // is inferred); a batched x keeps its dim 0: x [B, T, D] → reshape(x, {B, T, H, -1}).
-// Free (the result takes x's buffer) when x is not used after it, else a copy.
+// Free (the memory planner puts the result in x's buffer, nothing is copied) when x is an
+// intermediate that nothing uses afterwards and neither is kept; else a copy.
 Tensor reshape(Tensor x, Shape shape);
 Tensor view(Tensor x, Shape shape);  // reshape: the engine has no strided views
 // The tensors joined along `axis`; their other dims agree.
