@@ -23,7 +23,14 @@
   X(kOnes, kOnesOp)
 
 // Primitive ops (engine/functional.h), one group per line so groups are added independently.
-#define ATTNKIT_SHAPE_OPS(X)
+#define ATTNKIT_SHAPE_OPS(X)                            \
+  X(kMatmul, kMatmulOp)                                 \
+  X(kMatmulBackward, kMatmulBackwardOp)                 \
+  X(kTranspose, kTransposeOp)                           \
+  X(kReshape, kReshapeOp)                               \
+  X(kConcat, kConcatOp)                                 \
+  X(kNarrow, kNarrowOp)                                 \
+  X(kNarrowBackward, kNarrowBackwardOp)
 #define ATTNKIT_MATH_OPS(X)                             \
   X(kAddBroadcast, kAddBroadcastOp)                     \
   X(kSub, kSubOp)                                       \

@@ -1,11 +1,15 @@
-// The kernels against PyTorch 1.13's float64 autograd (tests/data/pytorch/*.ref.npz,
+// The kernels and graph ops against PyTorch 1.13's float64 autograd (tests/data/pytorch/*.ref.npz,
 // an independent oracle beside the double references in the other tests).
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "engine/executor.h"
+#include "engine/functional.h"
+#include "engine/modules.h"
 #include "engine/npy.h"
 #include "engine/npz.h"
 #include "ops/cross_entropy.h"
@@ -98,6 +102,71 @@ TEST_CASE("matmul and its gradients match PyTorch") {
   sgemm(true, false, k, n, m, 1.0f, a.data(), k, dout.data(), n, 0.0f, dbm.data(), n);  // dB = Aᵀ·dout
   require_close(da, c.f("grad_A"), "grad_A");
   require_close(dbm, c.f("grad_B"), "grad_B");
+}
+
+// A batched graph input [shape[0], shape[1:]…] for a case's array.
+Tensor batched_input(Graph& g, const std::string& name, const std::vector<int64_t>& shape, bool requires_grad) {
+  Shape per;
+  per.rank = static_cast<int>(shape.size()) - 1;
+  for (int i = 1; i < static_cast<int>(shape.size()); ++i) per.dims[i - 1] = shape[static_cast<size_t>(i)];
+  return g.input(name, per, DType::kF32, requires_grad);
+}
+
+void feed(const Executor& ex, Tensor t, const std::vector<float>& v) {
+  REQUIRE(static_cast<int64_t>(v.size()) == t.shape().numel());
+  std::memcpy(ex.f32(t.id()), v.data(), v.size() * sizeof(float));
+}
+
+std::vector<float> read(const Executor& ex, Tensor t) {
+  return std::vector<float>(ex.f32(t.id()), ex.f32(t.id()) + t.shape().numel());
+}
+
+TEST_CASE("linear and its gradients match PyTorch") {
+  // Through the Linear module and through matmul + add (W stored [in, out], the case's
+  // w_layout "in_out").
+  Case c("linear");
+  const auto& xs = c.shape("x");
+  for (bool module : {true, false}) {
+    INFO((module ? "Linear" : "matmul + add"));
+    Graph g(xs[0]);
+    Tensor x = batched_input(g, "x", xs, true);
+    Linear lin(g, "lin", c.shape("W")[0], c.shape("W")[1]);
+    Tensor y = module ? lin(x) : matmul(x, lin.weight) + lin.bias;
+    g.keep(y);
+    Tensor dout = batched_input(g, "dout", c.shape("dout"), false);
+    g.backward(y, dout);
+    Executor ex(g, {2, 0, false});
+    feed(ex, x, c.f("x"));
+    feed(ex, lin.weight, c.f("W"));
+    feed(ex, lin.bias, c.f("b"));
+    feed(ex, dout, c.f("dout"));
+    ex.train_step(nullptr);
+    require_close(read(ex, y), c.f("out"), "out");
+    require_close(read(ex, g.grad(x)), c.f("grad_x"), "grad_x");
+    require_close(read(ex, g.grad(lin.weight)), c.f("grad_W"), "grad_W");
+    require_close(read(ex, g.grad(lin.bias)), c.f("grad_b"), "grad_b");
+  }
+}
+
+TEST_CASE("batched matmul and its gradients match PyTorch") {
+  // Through matmul (engine/functional.h): A [B, H, m, k]·B [B, H, k, n], both batched.
+  Case c("matmul_batched");
+  Graph g(c.shape("A")[0]);
+  Tensor a = batched_input(g, "A", c.shape("A"), true), b = batched_input(g, "B", c.shape("B"), true);
+  Tensor y = matmul(a, b);
+  g.keep(y);
+  Tensor dout = batched_input(g, "dout", c.shape("dout"), false);
+  g.backward(y, dout);
+  for (int threads : {1, 2}) {
+    Executor ex(g, {threads, 0, false});
+    feed(ex, a, c.f("A"));
+    feed(ex, b, c.f("B"));
+    feed(ex, dout, c.f("dout"));
+    ex.train_step(nullptr);
+    require_close(read(ex, y), c.f("out"), "out");
+    require_close(read(ex, g.grad(a)), c.f("grad_A"), "grad_A");
+    require_close(read(ex, g.grad(b)), c.f("grad_B"), "grad_B");
+  }
 }
 
 // sdpa through the kernels the attention op uses: Q·Kᵀ, masked scaled softmax, ·V, and back.
