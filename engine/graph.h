@@ -41,6 +41,12 @@ struct NodeAttrs {
   float value = 0.0f;
   // kDropout, kDropoutBackward: the seed the drop masks are drawn from.
   uint64_t seed = 0;
+  // kMatmul, kMatmulBackward: which operand is transposed.
+  bool trans_a = false, trans_b = false;
+  // kTranspose: the two axes swapped (axis0 < axis1). kConcat, kNarrow, kNarrowBackward: the
+  // axis (axis0) and, for narrow, the first index taken (start).
+  int axis0 = 0, axis1 = 0;
+  int64_t start = 0;
 };
 
 // One kind per entry of engine/op_list.h.

@@ -11,8 +11,8 @@ namespace {
 
 // NodeAttrs has no field for the transpose flags; kMatmul and kMatmulBackward keep them in
 // `heads`, which they do not otherwise use: bit 0 trans_a, bit 1 trans_b.
-bool trans_a_of(const Node& n) { return (n.attrs.heads & 1) != 0; }
-bool trans_b_of(const Node& n) { return (n.attrs.heads & 2) != 0; }
+bool trans_a_of(const Node& n) { return n.attrs.trans_a; }
+bool trans_b_of(const Node& n) { return n.attrs.trans_b; }
 
 // The leading (batch) dims of an operand, right-aligned into two slots (1 where missing),
 // and the element strides between its matrices along them (0 where the dim is 1: broadcast).
@@ -255,7 +255,7 @@ Tensor matmul(Tensor a, Tensor b, bool trans_a, bool trans_b) {
   if (!a.valid() || !b.valid()) throw ShapeError("matmul: needs two tensors");
   if (&a.graph() != &b.graph()) throw ShapeError("matmul: tensors belong to different graphs");
   NodeAttrs attrs;
-  attrs.heads = (trans_a ? 1 : 0) | (trans_b ? 2 : 0);
+  attrs.trans_a = trans_a, attrs.trans_b = trans_b;
   return a.graph().apply(OpKind::kMatmul, {a.id(), b.id()}, attrs)[0];
 }
 

@@ -10,10 +10,8 @@
 namespace attnkit {
 namespace {
 
-// NodeAttrs has no axis fields; these ops keep theirs in `heads`, which they do not otherwise
-// use: transpose d1·4 + d0 (d0 < d1), concat the axis, narrow start·4 + axis.
-int low_axis(const Node& n) { return static_cast<int>(n.attrs.heads & 3); }
-int64_t high_part(const Node& n) { return n.attrs.heads >> 2; }
+// The axis an op works on (transpose: the lower of its two), from NodeAttrs::axis0.
+int low_axis(const Node& n) { return n.attrs.axis0; }
 
 int64_t prod(const Shape& s, int begin, int end) {
   int64_t p = 1;
@@ -84,7 +82,7 @@ void transpose_kernel(const float* x, float* y, const Shape& s, int d0, int d1, 
 
 void transpose_build(Graph& g, Node& n) {
   const TensorDesc& x = g.tensor(n.in.at(0));
-  const int d0 = low_axis(n), d1 = static_cast<int>(high_part(n));
+  const int d0 = low_axis(n), d1 = n.attrs.axis1;
   if (x.dtype != DType::kF32) shape_error(g, "transpose", "needs a float tensor", n.in);
   Shape s = x.shape;
   std::swap(s.dims[d0], s.dims[d1]);
@@ -94,7 +92,7 @@ void transpose_build(Graph& g, Node& n) {
 // Also the backward node: the gradient of a transpose is the same transpose of the gradient.
 // in: x (or dy); out: y (or dx, possibly accumulated).
 void transpose_run(const RunContext& c, const Node& n, Slice s) {
-  const int d0 = low_axis(n), d1 = static_cast<int>(high_part(n));
+  const int d0 = low_axis(n), d1 = n.attrs.axis1;
   const float* x = c.f32(n.in[0]);
   float* y = c.f32(n.out[0]);
   if (n.accumulates(0)) {
@@ -203,7 +201,7 @@ void concat_differentiate(Autodiff& ad, const Node& n) {
     Node b;
     b.op = OpKind::kNarrow;
     b.in = {gy};
-    b.attrs.heads = start * 4 + axis;
+    b.attrs.axis0 = axis, b.attrs.start = start;
     b.backward = true;
     set_out_accumulate(b, 0, ad.contribute(t));
     if (b.out[0] != kNoTensor) ad.graph().add_node(std::move(b));
@@ -219,7 +217,7 @@ void narrow_kernel(const RunContext& c, const Node& n, Slice sl) {
   const int axis = low_axis(n);
   const Shape xs = c.shape(n.in[0]), ys = c.shape(n.out[0]);
   const int64_t outer = prod(xs, 0, axis), inner = prod(xs, axis + 1, xs.rank);
-  const int64_t xw = xs[axis] * inner, w = ys[axis] * inner, offset = high_part(n) * inner;
+  const int64_t xw = xs[axis] * inner, w = ys[axis] * inner, offset = n.attrs.start * inner;
   const float* x = c.f32(n.in[0]);
   float* y = c.f32(n.out[0]);
   const auto [r0, r1] = slice_range(outer, sl);
@@ -250,7 +248,7 @@ void narrow_backward_run(const RunContext& c, const Node& n, Slice sl) {
   const int axis = low_axis(n);
   const Shape xs = c.shape(n.out[0]), ys = c.shape(n.in[0]);
   const int64_t outer = prod(xs, 0, axis), inner = prod(xs, axis + 1, xs.rank);
-  const int64_t xw = xs[axis] * inner, w = ys[axis] * inner, offset = high_part(n) * inner;
+  const int64_t xw = xs[axis] * inner, w = ys[axis] * inner, offset = n.attrs.start * inner;
   const float* dy = c.f32(n.in[0]);
   float* dx = c.f32(n.out[0]);
   const auto [r0, r1] = slice_range(outer, sl);
@@ -294,7 +292,7 @@ Tensor transpose(Tensor x, int d0, int d1) {
   const int a0 = checked_axis(g, "transpose", x.id(), d0), a1 = checked_axis(g, "transpose", x.id(), d1);
   if (a0 == a1) return x;  // swapping an axis with itself changes nothing
   NodeAttrs attrs;
-  attrs.heads = std::max(a0, a1) * 4 + std::min(a0, a1);
+  attrs.axis0 = std::min(a0, a1), attrs.axis1 = std::max(a0, a1);
   return g.apply(OpKind::kTranspose, {x.id()}, attrs)[0];
 }
 
@@ -347,7 +345,7 @@ Tensor concat(const std::vector<Tensor>& xs, int axis) {
   const int a = checked_axis(g, "concat", ids[0], axis);
   if (xs.size() == 1) return xs[0];
   NodeAttrs attrs;
-  attrs.heads = a;
+  attrs.axis0 = a;
   return g.apply(OpKind::kConcat, ids, attrs)[0];
 }
 
@@ -367,7 +365,7 @@ Tensor narrow(Tensor x, int axis, int64_t start, int64_t length) {
   const TensorId out = g.new_tensor("narrow(" + d.name + ", " + std::to_string(start) + ", " +
                                         std::to_string(length) + ")", DType::kF32, s, d.batched);
   NodeAttrs attrs;
-  attrs.heads = start * 4 + a;
+  attrs.axis0 = a, attrs.start = start;
   return g.apply(OpKind::kNarrow, {x.id(), out}, attrs)[0];
 }
 
