@@ -1,7 +1,7 @@
 // Training steps per second of the lesson models (forward + backward + Adam, one
 // Executor::train_step) at each lesson's batch size, 1 and 2 threads.
 //
-//   bench_train_step [--batch=N] [--models=neighbor-sum,duplicates,reversal,reversal-large]
+//   bench_train_step [--batch=N] [--models=neighbor-sum,duplicates,reversal,reversal-large,neighbor-sum-003]
 //                    [--threads=1,2] [--adaptive=0|1] [--fold=0|1] [--fuse=0|1]
 //                    [--profile=STEPS]
 //                    [Google Benchmark flags, e.g. --benchmark_min_time=0.5]
@@ -33,6 +33,7 @@
 
 #include "../engine/executor.h"
 #include "../engine/optimizer.h"
+#include "../examples/lesson003_attention.h"
 #include "../models/lessons.h"
 #include "../tools/passive_openmp.h"
 #include "simd_context.h"
@@ -40,6 +41,32 @@
 namespace {
 
 using namespace attnkit;
+
+// "neighbor-sum-003": the neighbor-sum model with lesson 003's attention written from primitive
+// ops (examples/lesson003_attention.h) in place of the fused MultiHeadAttention.
+bool from_primitives(const std::string& task) {
+  return task.size() > 4 && task.compare(task.size() - 4, 4, "-003") == 0;
+}
+std::string base_task(const std::string& task) { return from_primitives(task) ? task.substr(0, task.size() - 4) : task; }
+
+Model build_primitives_model(const ModelConfig& c, int64_t batch) {
+  Model m;
+  m.config = c;
+  m.graph = std::make_unique<Graph>(batch);
+  Graph& g = *m.graph;
+  const int64_t T = c.seq_len, D = c.d_model;
+  m.ids = g.input("ids", {T}, DType::kI32);
+  m.targets = g.input("targets", {T}, DType::kI32);
+  Embedding tok(g, "tok", c.vocab, D), pos(g, "pos", T, D);
+  lesson003::MultiHeadAttention attn(g, "attn", D, c.heads);
+  Sequential head{Linear(g, "head.0", D, c.mlp_hidden), ReLU(), Linear(g, "head.2", c.mlp_hidden, c.classes)};
+  Tensor h = tok(m.ids) + pos(g.arange(T));
+  m.logits = head(h + attn(h, h, h));
+  g.keep(m.logits);
+  m.loss = cross_entropy(m.logits, m.targets);
+  g.backward(m.loss);
+  return m;
+}
 
 int64_t lesson_batch(const std::string& task) {
   return task == "reversal" || task == "reversal-large" ? 32 : 64;
@@ -73,7 +100,7 @@ bool g_fold = true;
 bool g_fuse = true;
 
 ModelConfig bench_config(const std::string& task) {
-  ModelConfig c = lesson_config(task);
+  ModelConfig c = lesson_config(base_task(task));
   c.fold_embedding_projections = g_fold;
   c.fuse_elementwise = g_fuse;
   return c;
@@ -90,13 +117,14 @@ struct StepRunner {
   int b = 0;
 
   StepRunner(const std::string& task, int threads, int64_t batch)
-      : c(bench_config(task)), m(build_model(c, batch)) {
+      : c(bench_config(task)),
+        m(from_primitives(task) ? build_primitives_model(c, batch) : build_model(c, batch)) {
     ExecutorOptions options;
     options.threads = threads;
     options.seed = 1;
     options.adaptive_threads = g_adaptive;
     ex = std::make_unique<Executor>(*m.graph, options);
-    adam = std::make_unique<Adam>(ex->param_count(), AdamOptions{lesson_lr(task)});
+    adam = std::make_unique<Adam>(ex->param_count(), AdamOptions{lesson_lr(base_task(task))});
     ex->set_batch(batch);
     std::mt19937 rng(12345);
     std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab - 1));
@@ -211,12 +239,14 @@ int main(int argc, char** argv) {
     prefer_passive_openmp(*std::max_element(thread_counts.begin(), thread_counts.end()), original_argv.data());
   for (const auto& task : models) {
     try {
-      (void)lesson_config(task);
+      (void)lesson_config(base_task(task));
+      if (from_primitives(task) && base_task(task) != "neighbor-sum")
+        throw Error("the -003 variant (lesson 003's attention from primitives) exists for neighbor-sum");
     } catch (const std::exception& e) {
       std::fprintf(stderr, "bench_train_step: %s\n", e.what());
       return 2;
     }
-    const int64_t batch = batch_override > 0 ? batch_override : lesson_batch(task);
+    const int64_t batch = batch_override > 0 ? batch_override : lesson_batch(base_task(task));
     for (int threads : thread_counts) {
       if (profile_steps > 0) {  // per-node times instead of benchmarks
         StepRunner run(task, threads, batch);

@@ -170,8 +170,9 @@ TEST_CASE("infer --data memory does not grow with N: the arena is the batch's an
   }
   CHECK(arena[0] == arena[1]);
   INFO("peak RSS " << rss[0] << " kB at N = 2000, " << rss[1] << " kB at N = 200000");
-  // The tokens themselves (8 MB) and their checks are all that grows, not the 160 MB of maps.
-  CHECK(rss[1] - rss[0] < 40 * 1024);
+  // What grows is the tokens and targets as read, converted and checked (4 × 8 MB), not the
+  // 160 MB of maps (the bound leaves room for the sanitizer build's allocator).
+  CHECK(rss[1] - rss[0] < 64 * 1024);
 }
 
 TEST_CASE("Predictor answers as the training graph's forward does and allocates its buffers once") {
