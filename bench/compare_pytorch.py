@@ -191,6 +191,37 @@ def torch_worker(args):
     results = {}
     rng = np.random.default_rng(12345)
     torch.manual_seed(0)
+    if args.infer:
+        # Inference: sequences/s of model(x) under torch.inference_mode() per batch size.
+        for task in args.models:
+            c = sized(LESSONS[task], task, args.seq_len, args.vocab)
+            model = Lesson(c).eval()
+            seconds, windows = timing(args, task)
+            for batch in args.infer_batches:
+                if task in LARGE and batch > 500:
+                    continue
+                x = torch.from_numpy(rng.integers(0, c["vocab"], size=(batch, c["T"])).astype(np.int64))
+                with torch.inference_mode():
+                    t_end = time.perf_counter() + max(0.2, 0.2 * seconds)
+                    warm = 0
+                    while time.perf_counter() < t_end or warm < 2:
+                        model(x)
+                        warm += 1
+                    rates = []
+                    for _ in range(windows):
+                        calls, t0 = 0, time.perf_counter()
+                        while True:
+                            model(x)
+                            calls += 1
+                            dt = time.perf_counter() - t0
+                            if dt >= seconds / windows:
+                                break
+                        rates.append(calls * batch / dt)
+                results["%s/batch:%d" % (task, batch)] = dict(median=statistics.median(rates), batch=batch)
+        print(json.dumps(dict(threads=n, torch_threads=torch.get_num_threads(), openblas=blas,
+                              openblas_threads=blas_threads, torch_version=torch.__version__,
+                              results=results)))
+        return
     for task in args.models:
         c = sized(LESSONS[task], task, args.seq_len, args.vocab)
         batch = args.batch or c["batch"]
@@ -248,6 +279,8 @@ def run_torch(args, threads):
            "--large-windows", str(args.large_windows)]
     if args.batch:
         cmd += ["--batch", str(args.batch)]
+    if args.infer:
+        cmd += ["--infer", "--infer-batches", *map(str, args.infer_batches)]
     if args.seq_len:
         cmd += ["--seq-len", str(args.seq_len)]
     if args.vocab:
@@ -296,6 +329,57 @@ def run_attnkit(args, binary, threads):
     return out
 
 
+def run_attnkit_infer(args, binary, threads, task):
+    seconds, windows = timing(args, task)
+    cmd = [binary, "--models=" + task, "--threads=%d" % threads,
+           "--batches=" + ",".join(map(str, args.infer_batches)),
+           "--benchmark_format=json", "--benchmark_repetitions=%d" % windows,
+           "--benchmark_min_time=%g" % (seconds / windows / max(1, len(args.infer_batches))),
+           "--benchmark_report_aggregates_only=true"]
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", OMP_NUM_THREADS=str(threads))
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)
+    if p.returncode != 0:
+        die("%s failed with exit code %d" % (binary, p.returncode))
+    out = {}
+    for b in json.loads(p.stdout)["benchmarks"]:
+        if b.get("aggregate_name") != "median":
+            continue
+        parts = b["run_name"].split("/")
+        out["%s/%s" % (parts[1], parts[2])] = b["seqs/s"]
+    return out
+
+
+def infer_main(args):
+    binary = find_bench(args.attnkit_bench).replace("bench_train_step", "bench_infer")
+    if not os.path.isfile(binary):
+        die("bench_infer not found beside bench_train_step (%s)" % binary)
+    rows, info = [], None
+    for n in args.threads:
+        for task in args.models:
+            one = argparse.Namespace(**dict(vars(args), models=[task]))
+            pts, aks = {}, {}
+            for _ in range(max(1, args.rounds)):
+                t = run_torch(one, n)
+                info = t
+                a = run_attnkit_infer(one, binary, n, task)
+                for key, r in t["results"].items():
+                    pts.setdefault(key, []).append(r["median"])
+                    aks.setdefault(key, []).append(a.get(key))
+            for key in pts:
+                ratios = [ak / pt for ak, pt in zip(aks[key], pts[key]) if ak]
+                rows.append((task, n, int(key.split(":")[1]), statistics.median(pts[key]),
+                             statistics.median([x for x in aks[key] if x]), ratios))
+    print("PyTorch %s (openblas %s) under torch.inference_mode(), attnkit %s" %
+          (info["torch_version"], info["openblas"], binary))
+    hdr = "%-14s %7s %6s %14s %14s %12s %12s %8s" % ("model", "threads", "batch", "PyTorch seq/s",
+                                                    "attnkit seq/s", "PyTorch us", "attnkit us", "ratio")
+    print(hdr)
+    print("-" * len(hdr))
+    for task, n, batch, pt, ak, ratios in rows:
+        print("%-14s %7d %6d %14.0f %14.0f %12.1f %12.1f %7.2fx" % (
+            task, n, batch, pt, ak, 1e6 * batch / pt, 1e6 * batch / ak, statistics.median(ratios)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -314,6 +398,10 @@ def main():
                          "per-round ratios (PyTorch's speed here drifts by 30%% and more "
                          "between minutes)")
     ap.add_argument("--attnkit-bench", default=None, help="path of bench_train_step")
+    ap.add_argument("--infer", action="store_true",
+                    help="inference instead of training: sequences/s of the forward under "
+                         "torch.inference_mode() against bench_infer, per batch size")
+    ap.add_argument("--infer-batches", type=int, nargs="+", default=[1, 500, 10000])
     ap.add_argument("--seq-len", type=int, default=0, help=argparse.SUPPRESS)  # bench/token_cost.py
     ap.add_argument("--vocab", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--worker-threads", type=int, default=0, help=argparse.SUPPRESS)
@@ -327,6 +415,9 @@ def main():
     except ImportError as e:
         die("PyTorch is not importable by %s (%s); install python3-torch "
             "or run with /usr/bin/python3" % (sys.executable, e))
+    if args.infer:
+        infer_main(args)
+        return
     binary = find_bench(args.attnkit_bench)
 
     rows = []
