@@ -182,9 +182,8 @@ int64_t dynamic_task_rows(int64_t m, int threads) {
 // The whole product on the threads of a dynamic slice (s.dynamic()) by row blocks, for the
 // direct paths when C is at least as tall as wide; false (nothing done) when the product
 // keeps its static split. Packed products keep theirs: each thread then packs op(A) once
-// and streams each packed slab of op(B) over all its rows, where (row block, column chunk)
-// tasks repacked them per task and per chunk (the compute-bound model's 2-thread step was
-// 8% slower with them).
+// and streams each packed slab of op(B) over all its rows, which (row block, column chunk)
+// tasks would repack per task and per chunk.
 bool dynamic_product(const GemmArgs& g, Slice s) {
   if (gemm_detail::use_packed_path(g.m, g.n, g.k, g.trans_b)) return false;
   if (g.m < g.n || g.m < 4 * gemm_detail::kMR * s.count) return false;

@@ -28,8 +28,9 @@ inline bool use_short_k_path(int64_t m, int64_t n, int64_t k) {
 
 // The direct (no packing of A) path wins for the thin shapes of small attention models;
 // deep or wide products go through the packed, cache-blocked path, and so do the medium
-// attention products with a row-major B (P·V, dS·K, Pᵀ·dY, dSᵀ·Q at T = 128, dh = 64:
-// 10-20% faster packed; Q·Kᵀ, whose Bᵀ the direct path copies anyway, was 7% slower).
+// attention products with a row-major B (P·V, dS·K, Pᵀ·dY, dSᵀ·Q at T = 128, dh = 64), whose
+// B rows the packing makes contiguous; Q·Kᵀ, whose Bᵀ the direct path copies anyway, stays
+// direct.
 inline bool use_packed_path(int64_t m, int64_t n, int64_t k, bool trans_b) {
   if (use_short_k_path(m, n, k)) return false;
   return (k > 256 && m >= 96 && n >= 96) || (n > 512 && m > 64) ||

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "engine/executor.h"
+#include "engine/functional.h"
 #include "engine/modules.h"
 #include "engine/npy.h"
 #include "engine/npz.h"
@@ -124,4 +125,129 @@ TEST_CASE("masked multi-head attention backward matches finite differences") {
 }
 
 }  // namespace
+}  // namespace attnkit
+
+namespace attnkit {
+namespace {
+
+// Values of a reference array as float.
+std::vector<float> ref_f(const std::map<std::string, NpyArray>& r, const char* name) { return to_float32(r.at(name), name); }
+
+void require_near(const float* got, const std::vector<float>& want, const std::string& what, double tol = 2e-5) {
+  for (size_t j = 0; j < want.size(); ++j) {
+    INFO(what << " at " << j);
+    REQUIRE(got[j] == Approx(want[j]).margin(tol));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("attention with upstream gradients on the output and the weights matches PyTorch: fused and primitives") {
+  auto r = reference("sdpa_causal_batched");  // L = Σ out·dout + Σ weights·dweights
+  const auto& qs = r.at("Q").shape;
+  const int64_t B = qs[0], H = qs[1], T = qs[2], dh = qs[3], D = H * dh;
+  const auto mask = to_int32(r.at("mask"), "mask");
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  SECTION("the fused op (heads as column blocks)") {
+    Graph g(B);
+    Tensor q = g.input("q", {T, D}, DType::kF32, true), k = g.input("k", {T, D}, DType::kF32, true);
+    Tensor v = g.input("v", {T, D}, DType::kF32, true), m = g.input("mask", {T, T}, DType::kU8);
+    Tensor dout = g.input("dout", {T, D}, DType::kF32), dweights = g.input("dweights", {H, T, T}, DType::kF32);
+    Attention a = scaled_dot_product_attention(q, k, v, m, false, H);
+    g.backward(sum(a.out * dout) + sum(a.weights * dweights));
+    Executor ex(g);
+    // [B, H, T, dh] <-> [B, T, H·dh]
+    auto index = [&](int64_t b, int64_t h, int64_t i, int64_t e) { return (b * T + i) * D + h * dh + e; };
+    auto put = [&](const char* name, Tensor t) {
+      const auto src = ref_f(r, name);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t i = 0; i < T; ++i)
+            for (int64_t e = 0; e < dh; ++e) ex.f32(t.id())[index(b, h, i, e)] = src[static_cast<size_t>(((b * H + h) * T + i) * dh + e)];
+    };
+    put("Q", q), put("K", k), put("V", v), put("dout", dout);
+    const auto dw = ref_f(r, "dweights");
+    std::copy(dw.begin(), dw.end(), ex.f32(dweights.id()));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < T * T; ++j) ex.u8(m.id())[b * T * T + j] = static_cast<uint8_t>(mask[static_cast<size_t>(j)]);
+    ex.train_step(nullptr);
+    for (const char* name : {"grad_Q", "grad_K", "grad_V"}) {
+      const Tensor t = name[5] == 'Q' ? q : name[5] == 'K' ? k : v;
+      const auto want = ref_f(r, name);
+      const float* got = ex.f32(g.grad(t).id());
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t i = 0; i < T; ++i)
+            for (int64_t e = 0; e < dh; ++e) {
+              INFO(name << " [" << b << ", " << h << ", " << i << ", " << e << "]");
+              REQUIRE(got[index(b, h, i, e)] == Approx(want[static_cast<size_t>(((b * H + h) * T + i) * dh + e)]).margin(2e-5));
+            }
+    }
+  }
+  SECTION("primitives: matmul, softmax with a boolean mask, matmul") {
+    Graph g(B);
+    Tensor q = g.input("q", {H, T, dh}, DType::kF32, true), k = g.input("k", {H, T, dh}, DType::kF32, true);
+    Tensor v = g.input("v", {H, T, dh}, DType::kF32, true), m = g.input_unbatched("mask", {T, T}, DType::kU8);
+    Tensor dout = g.input("dout", {H, T, dh}, DType::kF32), dweights = g.input("dweights", {H, T, T}, DType::kF32);
+    SoftmaxOptions o;
+    o.scale = scale, o.mask = m;
+    Tensor w = softmax(matmul(q, k, false, true), o);
+    Tensor out = matmul(w, v);
+    g.keep(w), g.keep(out);
+    g.backward(sum(out * dout) + sum(w * dweights));
+    Executor ex(g);
+    for (auto [name, t] : std::vector<std::pair<const char*, Tensor>>{{"Q", q}, {"K", k}, {"V", v}, {"dout", dout}, {"dweights", dweights}}) {
+      const auto src = ref_f(r, name);
+      std::copy(src.begin(), src.end(), ex.f32(t.id()));
+    }
+    for (int64_t j = 0; j < T * T; ++j) ex.u8(m.id())[j] = static_cast<uint8_t>(mask[static_cast<size_t>(j)]);
+    ex.train_step(nullptr);
+    require_near(ex.f32(w.id()), ref_f(r, "weights"), "weights");
+    require_near(ex.f32(out.id()), ref_f(r, "out"), "out");
+    require_near(ex.f32(g.grad(q).id()), ref_f(r, "grad_Q"), "grad_Q");
+    require_near(ex.f32(g.grad(k).id()), ref_f(r, "grad_K"), "grad_K");
+    require_near(ex.f32(g.grad(v).id()), ref_f(r, "grad_V"), "grad_V");
+  }
+}
+
+TEST_CASE("padding and no-mask attention from primitives match PyTorch with a boolean and with an additive mask") {
+  for (const char* name : {"sdpa_pad", "sdpa_nomask"}) {
+    for (const bool additive : {false, true}) {
+      INFO(name << (additive ? ", additive mask" : ", boolean mask"));
+      auto r = reference(name);
+      const int64_t m = r.at("Q").shape[0], d = r.at("Q").shape[1], n = r.at("K").shape[0], dv = r.at("V").shape[1];
+      const bool masked = r.count("mask") > 0;
+      Graph g(1);
+      Tensor q = g.input_unbatched("q", {m, d}, DType::kF32, true), k = g.input_unbatched("k", {n, d}, DType::kF32, true);
+      Tensor v = g.input_unbatched("v", {n, dv}, DType::kF32, true);
+      Tensor mask = masked ? g.input_unbatched("mask", {m, n}, additive ? DType::kF32 : DType::kU8) : Tensor();
+      Tensor dout = g.input_unbatched("dout", {m, dv}, DType::kF32);
+      SoftmaxOptions o;
+      o.scale = 1.0f / std::sqrt(static_cast<float>(d)), o.mask = mask;
+      Tensor w = softmax(matmul(q, k, false, true), o);
+      Tensor out = matmul(w, v);
+      g.keep(w), g.keep(out);
+      g.backward(out, dout);
+      Executor ex(g);
+      for (auto [key, t] : std::vector<std::pair<const char*, Tensor>>{{"Q", q}, {"K", k}, {"V", v}, {"dout", dout}}) {
+        const auto src = ref_f(r, key);
+        std::copy(src.begin(), src.end(), ex.f32(t.id()));
+      }
+      if (masked) {
+        const auto bits = to_int32(r.at("mask"), "mask");
+        for (int64_t j = 0; j < m * n; ++j) {
+          if (additive) ex.f32(mask.id())[j] = bits[static_cast<size_t>(j)] ? -1e9f : 0.0f;
+          else ex.u8(mask.id())[j] = static_cast<uint8_t>(bits[static_cast<size_t>(j)]);
+        }
+      }
+      ex.train_step(nullptr);
+      require_near(ex.f32(w.id()), ref_f(r, "weights"), "weights");
+      require_near(ex.f32(out.id()), ref_f(r, "out"), "out");
+      require_near(ex.f32(g.grad(q).id()), ref_f(r, "grad_Q"), "grad_Q");
+      require_near(ex.f32(g.grad(k).id()), ref_f(r, "grad_K"), "grad_K");
+      require_near(ex.f32(g.grad(v).id()), ref_f(r, "grad_V"), "grad_V");
+    }
+  }
+}
+
 }  // namespace attnkit

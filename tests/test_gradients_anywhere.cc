@@ -8,6 +8,9 @@
 #include <vector>
 
 #include "engine/executor.h"
+#include "engine/functional.h"
+#include "engine/modules.h"
+#include "engine/optimizer.h"
 #include "op_check.h"
 
 namespace attnkit {
@@ -109,6 +112,45 @@ TEST_CASE("gradients that cannot exist are errors naming the tensor") {
   CHECK(h.grad(a).valid());
   CHECK_THROWS_WITH(h.grad(b), Catch::Contains("grad('b' [2, 3, 4])") && Catch::Contains("no gradient is kept"));
   (void)ids;
+}
+
+}  // namespace attnkit
+
+namespace attnkit {
+
+TEST_CASE("a loss on the attention weights alone trains the query and key projections") {
+  // Teach a head to look at the previous token: mse(weights, shifted identity).
+  const int64_t B = 8, T = 6, D = 16;
+  Graph g(B);
+  Tensor ids = g.input("ids", {T}, DType::kI32);
+  Embedding tok(g, "tok", 10, D), pos(g, "pos", T, D);
+  MultiHeadAttention attn(g, "attn", D, 1);
+  (void)attn(tok(ids) + pos(g.arange(T)));
+  Tensor target = g.input_unbatched("target", {T, T}, DType::kF32);
+  Tensor diff = attn.attn() - target;  // the target broadcasts over batch and heads
+  Tensor loss = mean(diff * diff);
+  g.keep(loss);
+  g.backward(loss);
+  Executor ex(g, {1, 3});
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < T; ++j) ex.f32(target.id())[i * T + j] = j == (i + T - 1) % T ? 1.0f : 0.0f;
+  Rng rng(4);
+  Adam adam(ex.param_count(), {0.01f});
+  float first = 0, last = 0;
+  for (int step = 0; step < 300; ++step) {
+    for (int64_t i = 0; i < B * T; ++i) ex.i32(ids.id())[i] = static_cast<int32_t>(rng.below(10));
+    ex.train_step(&adam);
+    if (step == 0) first = ex.f32(loss.id())[0];
+    last = ex.f32(loss.id())[0];
+  }
+  INFO("loss " << first << " -> " << last);
+  CHECK(last < 0.1f * first);
+  // The value projection does not reach the weights: it gets no gradient.
+  const ParamInfo* v = nullptr;
+  for (const ParamInfo& p : g.params())
+    if (p.name == "attn.v.weight") v = &p;
+  REQUIRE(v);
+  for (int64_t i = 0; i < v->numel; ++i) REQUIRE(ex.grads()[v->offset + i] == 0.0f);
 }
 
 }  // namespace attnkit
