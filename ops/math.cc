@@ -43,6 +43,14 @@ HWY_INLINE VF ExpAny(DF d, VF x) {
   return KeepNaN(x, r);
 }
 
+// tanh x. Highway's Tanh converts float to int in its range reduction, which NaN and huge
+// inputs must not reach (undefined behaviour on the scalar targets): |x| is clamped to 10,
+// where tanh is ±1 in float, and NaN passes through.
+HWY_INLINE VF TanhAny(DF d, VF x) {
+  const VF r = hn::Tanh(d, hn::Min(hn::Max(x, hn::Set(d, -10.0f)), hn::Set(d, 10.0f)));
+  return KeepNaN(x, r);
+}
+
 // ln x for x > 0 (Highway's Log); ln 0 = -inf, ln of a negative number NaN, as in std::log.
 HWY_INLINE VF LogAny(DF d, VF x) {
   const VF zero = hn::Zero(d);
@@ -107,7 +115,7 @@ HWY_INLINE VF Apply(DF d, VF a, VF b, VF c, VF s) {
   if constexpr (F == MathFn::kRdivScalar) return hn::Div(s, a);
   if constexpr (F == MathFn::kExp) return ExpAny(d, a);
   if constexpr (F == MathFn::kLog) return LogAny(d, a);
-  if constexpr (F == MathFn::kTanh) return hn::Tanh(d, a);
+  if constexpr (F == MathFn::kTanh) return TanhAny(d, a);
   if constexpr (F == MathFn::kSigmoid) return Sigmoid(d, a);
   if constexpr (F == MathFn::kGelu) return hn::Mul(a, NormalCdf(d, a));
   if constexpr (F == MathFn::kTanhBackward) return hn::Mul(a, hn::NegMulAdd(b, b, hn::Set(d, 1.0f)));
