@@ -20,6 +20,7 @@ run(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${WORK_DIR}/cmake_build
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/cmake_build)
 run(${WORK_DIR}/cmake_build/train_neighbor_sum)
 run(${WORK_DIR}/cmake_build/lesson003)
+run(${WORK_DIR}/cmake_build/predict)
 
 # 2. pkg-config: c++ main.cc $(pkg-config --cflags --libs attnkit)
 file(GLOB_RECURSE pc_file ${prefix}/attnkit.pc)
