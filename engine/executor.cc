@@ -189,7 +189,16 @@ void Executor::validate_inputs() const {
 
 void Executor::forward() {
   validate_inputs();
-  run_nodes(0, graph_.forward_nodes(), nullptr, threads_in_use());
+  // A training graph's evaluations follow its training steps' verdict on threads; an
+  // inference graph's runs are probed themselves (one thread wins on a single short sequence).
+  if (graph_.has_backward()) {
+    run_nodes(0, graph_.forward_nodes(), nullptr, threads_in_use());
+    return;
+  }
+  const int threads = threads_for_run();
+  const auto start = std::chrono::steady_clock::now();
+  run_nodes(0, graph_.forward_nodes(), nullptr, threads);
+  record_run(threads, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 void Executor::train_step(Adam* optimizer) {
@@ -199,7 +208,7 @@ void Executor::train_step(Adam* optimizer) {
                 " parameters, the graph has " + std::to_string(graph_.param_count()));
   validate_inputs();
   if (optimizer) optimizer->begin_step();
-  const int threads = threads_for_training_step();
+  const int threads = threads_for_run();
   ++training_steps_;
   parallel_training_steps_ += threads > 1;
   const auto start = std::chrono::steady_clock::now();
@@ -209,7 +218,7 @@ void Executor::train_step(Adam* optimizer) {
     ~Training() { on = false; }
   } training(training_);
   run_nodes(0, graph_.nodes().size(), optimizer, threads);
-  record_training_step(threads, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  record_run(threads, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 void Executor::run_nodes(size_t begin, size_t end, Adam* optimizer, int threads) {

@@ -19,8 +19,8 @@ namespace attnkit {
 struct ExecutorOptions {
   int threads = 1;     // at most this many OpenMP threads per run
   uint64_t seed = 0;   // parameter initialization
-  // Measure training steps with `threads` and with 1 thread now and then, and use the
-  // faster: on a small model or a busy machine more threads can cost more than they save.
+  // Measure training steps (and an inference graph's forward runs) with `threads` and with
+  // 1 thread now and then, and use the faster: on a small model or a busy machine more threads can cost more than they save.
   // Results do not depend on the thread count, so this changes only the speed.
   bool adaptive_threads = true;
 };
@@ -66,8 +66,8 @@ class Executor final : public RunContext {
  private:
   void validate_inputs() const;
   void run_nodes(size_t begin, size_t end, Adam* optimizer, int threads);
-  int threads_for_training_step();
-  void record_training_step(int threads, double seconds);
+  int threads_for_run();
+  void record_run(int threads, double seconds);
   void* ptr(TensorId id) const;
   void plan_barriers();
 

@@ -1,5 +1,6 @@
-// The executor's adaptive thread use: now and then a probe times blocks of training steps with
-// all threads and with one, and the faster is used until the next probe (see the probe state
+// The executor's adaptive thread use: now and then a probe times blocks of runs (training
+// steps, or an inference graph's forward runs) with all threads and with one, and the faster
+// is used until the next probe (see the probe state
 // in engine/executor.h). Results do not depend on the thread count; only the speed does.
 #include "engine/executor.h"
 
@@ -7,7 +8,7 @@
 
 namespace attnkit {
 
-int Executor::threads_for_training_step() {
+int Executor::threads_for_run() {
   if (threads_ == 1 || !adaptive_) return threads_;
   if (probe_runs_left_ > 0) return ProbeParallel(kProbeRuns - probe_runs_left_) ? threads_ : 1;
   if (--runs_until_probe_ <= 0) {  // start a probe
@@ -18,7 +19,7 @@ int Executor::threads_for_training_step() {
   return threads_in_use();
 }
 
-void Executor::record_training_step(int threads, double seconds) {
+void Executor::record_run(int threads, double seconds) {
   if (probe_runs_left_ <= 0) return;
   const int k = kProbeRuns - probe_runs_left_;  // this run's place in the probe
   // Sums, not minima: on a busy machine parallel runs vary most, and the best of a few
