@@ -18,29 +18,15 @@
 
 #include "../models/lessons.h"
 #include "../models/trainer.h"
+#include "bench_flags.h"
 #include "simd_context.h"
 
 namespace {
 
 using namespace attnkit;
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
-bool take_flag(int& argc, char** argv, int i, const char* name, std::string* value) {
-  const size_t len = std::strlen(name);
-  if (std::strncmp(argv[i], name, len) != 0 || argv[i][len] != '=') return false;
-  *value = argv[i] + len + 1;
-  for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
-  --argc;
-  return true;
-}
+using bench::split;
+using bench::take_flag;
 
 void BM_Infer(benchmark::State& state, std::string task, int threads, int64_t batch) {
   const ModelConfig c = lesson_config(task);

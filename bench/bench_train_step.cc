@@ -36,6 +36,7 @@
 #include "../examples/lesson003_attention.h"
 #include "../models/lessons.h"
 #include "../tools/passive_openmp.h"
+#include "bench_flags.h"
 #include "simd_context.h"
 
 namespace {
@@ -176,25 +177,8 @@ void BM_TrainStep(benchmark::State& state, std::string task, int threads, int64_
   state.SetLabel(label.str());
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
-// Takes our own flags out of argv (Google Benchmark rejects unknown ones).
-bool take_flag(int& argc, char** argv, int i, const char* name, std::string* value) {
-  const size_t len = std::strlen(name);
-  if (std::strncmp(argv[i], name, len) != 0 || argv[i][len] != '=') return false;
-  *value = argv[i] + len + 1;
-  for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
-  --argc;
-  return true;
-}
+using bench::split;
+using bench::take_flag;
 
 }  // namespace
 

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "engine/error.h"
+#include "engine/file_bytes.h"
 #include "engine/file_io.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -27,14 +28,6 @@ constexpr char kNpyMagic[] = "\x93NUMPY";
 constexpr size_t kNpyMagicLen = 6;
 constexpr uint32_t kMaxNpyHeader = 1u << 20;  // numpy itself refuses headers over 10000 bytes
 
-template <typename T>
-T load_le(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 // ---- descr -------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "engine/error.h"
+#include "engine/file_bytes.h"
 #include "engine/file_io.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -27,14 +28,6 @@ namespace attnkit {
 
 namespace {
 
-template <typename T>
-T load_le(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 constexpr uint32_t kLocalSig = 0x04034b50, kCentralSig = 0x02014b50, kEndSig = 0x06054b50;
 constexpr uint32_t kZip64EndSig = 0x06064b50, kZip64LocatorSig = 0x07064b50;
