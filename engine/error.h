@@ -33,4 +33,11 @@ class NumericError : public Error {
   using Error::Error;
 };
 
+// The processes of a data-parallel group disagree (model, options, data or starting state).
+// Every process finds it alike, so every one throws it: a program reports it once.
+class GroupError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace attnkit

@@ -201,7 +201,7 @@ void Executor::forward() {
   record_run(threads, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
-void Executor::train_step(Adam* optimizer) {
+void Executor::train_step(Adam* optimizer, GradientHook* hook) {
   if (!graph_.has_backward()) throw Error("executor: train_step needs a graph with backward()");
   if (optimizer && optimizer->size() != graph_.param_count())
     throw Error("executor: the optimizer was made for " + std::to_string(optimizer->size()) +
@@ -217,14 +217,28 @@ void Executor::train_step(Adam* optimizer) {
     explicit Training(bool& b) : on(b) { on = true; }
     ~Training() { on = false; }
   } training(training_);
-  run_nodes(0, graph_.nodes().size(), optimizer, threads);
+  if (hook) {
+    run_nodes(0, graph_.nodes().size(), nullptr, threads);
+    hook->on_gradients(grads_.f32(), graph_.param_count());
+    if (optimizer) run_nodes(graph_.nodes().size(), graph_.nodes().size(), optimizer, threads);
+  } else {
+    run_nodes(0, graph_.nodes().size(), optimizer, threads);
+  }
   record_run(threads, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+void Executor::apply_update(Adam* optimizer) {
+  if (optimizer->size() != graph_.param_count())
+    throw Error("executor: the optimizer was made for " + std::to_string(optimizer->size()) +
+                " parameters, the graph has " + std::to_string(graph_.param_count()));
+  optimizer->begin_step();
+  run_nodes(graph_.nodes().size(), graph_.nodes().size(), optimizer, threads_in_use());
 }
 
 void Executor::run_nodes(size_t begin, size_t end, Adam* optimizer, int threads) {
   const auto& nodes = graph_.nodes();
   const size_t backward_from = graph_.forward_nodes();
-  const bool zero_grads = end > backward_from;
+  const bool zero_grads = begin <= backward_from && end > backward_from;
   SpinBarrier* barrier_ptr = nullptr;
   TaskCounter* counters = task_counters_.get();
   const bool profile = profiling_;

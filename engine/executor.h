@@ -16,6 +16,14 @@
 
 namespace attnkit {
 
+// Called by train_step between the backward pass and the optimizer's update, on the calling
+// thread outside the parallel region: e.g. to sum the gradients of a data-parallel group.
+class GradientHook {
+ public:
+  virtual ~GradientHook() = default;
+  virtual void on_gradients(float* grads, int64_t n) = 0;
+};
+
 struct ExecutorOptions {
   int threads = 1;     // at most this many OpenMP threads per run
   uint64_t seed = 0;   // parameter initialization
@@ -43,7 +51,11 @@ class Executor final : public RunContext {
   void forward();
   // Runs forward and backward (parameter gradients are zeroed first), then, when given, the
   // optimizer's update — all in one parallel region. Returns nothing: read the loss tensor.
-  void train_step(Adam* optimizer = nullptr);
+  // With a hook, the update runs after hook->on_gradients (in a second parallel region).
+  void train_step(Adam* optimizer = nullptr, GradientHook* hook = nullptr);
+  // The optimizer's update alone, from the gradient block as it stands (a process of a
+  // data-parallel group with no rows in a step fills the block itself, then calls this).
+  void apply_update(Adam* optimizer);
 
   // Data of a tensor. Inputs are written by the caller before a run; kept tensors and
   // parameters are read after. Batched tensors hold `batch()` rows.

@@ -11,6 +11,7 @@
 
 #include "engine/checkpoint.h"
 #include "engine/error.h"
+#include "ops/gemm.h"  // simd_target_name
 #include "ops/finite.h"
 
 namespace attnkit {
@@ -58,15 +59,40 @@ const TrainerOptions& checked(const TrainerOptions& o) {
   if (!(t.lr > 0) || !std::isfinite(t.lr))
     throw Error("learning rate must be a positive finite number, got " + float_text(t.lr));
   if (o.threads < 1) throw Error("threads must be >= 1, got " + std::to_string(o.threads));
+  if (o.collective && o.collective->size() > 1 && t.batch_size % o.collective->size() != 0)
+    throw Error("batch size " + std::to_string(t.batch_size) + " does not divide among " +
+                std::to_string(o.collective->size()) + " processes (the global batch is split evenly)");
   return o;
+}
+
+Collective* group_of(const TrainerOptions& o) {
+  return o.collective && o.collective->size() > 1 ? o.collective : nullptr;
 }
 
 // The largest batch training runs: batch_size, or the whole training set when that is
 // smaller, so the graph, the arena and the evaluation batches follow the data and not an
 // oversized --batch-size. For batch_size <= the set this is batch_size, so results are as before.
+// In a data-parallel group, each process runs at most its share of that.
 int64_t max_train_batch(const TrainerOptions& o, const TaskData& data) {
-  return std::max<int64_t>(1, std::min(o.training.batch_size, data.train.size));
+  const int64_t b = std::max<int64_t>(1, std::min(o.training.batch_size, data.train.size));
+  const Collective* group = group_of(o);
+  return group ? std::max<int64_t>(1, (b + group->size() - 1) / group->size()) : b;
 }
+
+// FNV-1a, 64 bits: fingerprints of what the processes of a group must agree on.
+struct Fingerprint {
+  uint64_t h = 1469598103934665603ull;
+  void add(const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  }
+  void add(const std::string& s) { add(s.data(), s.size() + 1); }
+  template <typename T>
+  void add(const std::vector<T>& v) { add(v.data(), v.size() * sizeof(T)); }
+};
+
+// Rows [share_begin(n, k), share_begin(n, k + 1)) of a batch of n are process k's.
+int64_t share_begin(int64_t n, int k, int size) { return n * k / size; }
 
 }  // namespace
 
@@ -74,7 +100,8 @@ Trainer::Trainer(const ModelConfig& config, const TrainerOptions& options, TaskD
     : options_(checked(options)),
       data_(std::move(data)),
       runner_(config, max_train_batch(options_, data_), options.threads, options.seed, true),
-      order_rng_(options.seed + 1) {
+      order_rng_(options.seed + 1),
+      group_(group_of(options_)) {
   const TrainingConfig& t = options_.training;
   validate_dataset(data_.train, config, "training set");
   if (data_.val.size > 0) validate_dataset(data_.val, config, "validation set");
@@ -230,7 +257,7 @@ void Trainer::check_finite(float loss) {
 }
 
 void Trainer::take_snapshot() {
-  if (data_.val.size == 0) return;
+  if (data_.val.size == 0 || rank() != 0) return;  // snapshots are for the run folder: rank 0's
   snapshot_steps_.push_back(adam_->steps());
   snapshots_.push_back(run_sequence(data_.val.tokens(options_.sample)).attention);
 }
@@ -245,6 +272,7 @@ bool Trainer::train(const std::function<void(const StepReport&)>& on_step,
     return std::find(t.snapshot_steps.begin(), t.snapshot_steps.end(), step) != t.snapshot_steps.end();
   };
   std::vector<int64_t> perm(static_cast<size_t>(N));
+  if (group_ && !group_checked_) check_group_agrees();
   for (; epoch_ < t.epochs; ++epoch_) {
     epoch_rng_state_ = order_rng_.state();
     std::iota(perm.begin(), perm.end(), 0);
@@ -255,13 +283,19 @@ bool Trainer::train(const std::function<void(const StepReport&)>& on_step,
       if (wanted(adam_->steps())) take_snapshot();
       const int64_t start = batch_in_epoch_ * B;
       const auto t0 = Clock::now();
-      runner_.load_batch(data_.train, perm.data() + start, std::min(B, N - start), true);
       // The first step (thread start, first touch of the arena) is not part of a profile.
       const bool profile = options_.profile && !losses_.empty();
       if (profile) runner_.executor().set_profiling(true, /*keep_record=*/true);
-      runner_.executor().train_step(adam_.get());
+      bool stop_all = false;
+      float loss;
+      if (group_) {
+        loss = group_step(perm.data() + start, std::min(B, N - start), stop && stop(), &stop_all);
+      } else {
+        runner_.load_batch(data_.train, perm.data() + start, std::min(B, N - start), true);
+        runner_.executor().train_step(adam_.get());
+        loss = runner_.executor().f32(runner_.model().loss.id())[0];
+      }
       if (profile) runner_.executor().set_profiling(false);
-      const float loss = runner_.executor().f32(runner_.model().loss.id())[0];
       if (options_.check_finite) check_finite(loss);
       seconds += std::chrono::duration<double>(Clock::now() - t0).count();
       losses_.push_back(loss);
@@ -270,7 +304,7 @@ bool Trainer::train(const std::function<void(const StepReport&)>& on_step,
       ++steps;
       ++batch_in_epoch_;  // before the callback, so a save() there resumes after this step
       if (on_step) on_step({adam_->steps(), total_steps, epoch_, loss});
-      if (stop && stop()) {
+      if (group_ ? stop_all : stop && stop()) {  // a group stops together, after the same step
         train_seconds_ += seconds;
         return false;
       }
@@ -279,7 +313,7 @@ bool Trainer::train(const std::function<void(const StepReport&)>& on_step,
     train_seconds_ += seconds;
     epoch_rng_state_ = order_rng_.state();
     if (on_epoch) {
-      const double acc = data_.val.size > 0 ? evaluate(data_.val).value() : 0.0;
+      const double acc = data_.val.size == 0 ? 0.0 : group_ ? group_evaluate(data_.val).value() : evaluate(data_.val).value();
       on_epoch({epoch_, adam_->steps(), steps ? loss_sum / static_cast<double>(steps) : 0.0, acc,
                 seconds > 0 ? static_cast<double>(steps) / seconds : 0.0});
     }
@@ -287,6 +321,120 @@ bool Trainer::train(const std::function<void(const StepReport&)>& on_step,
   epoch_rng_state_ = order_rng_.state();
   if (wanted(adam_->steps())) take_snapshot();
   return true;
+}
+
+namespace {
+
+// The loss and gradients of a data-parallel step: this process's share, weighted, summed.
+class GroupSum final : public GradientHook {
+ public:
+  GroupSum(Collective& group, std::vector<float>& payload, const float* loss, float weight, bool asked_stop)
+      : group_(group), payload_(payload), loss_(loss), weight_(weight), asked_stop_(asked_stop) {}
+  void on_gradients(float* grads, int64_t n) override {
+    payload_.resize(static_cast<size_t>(n + 2));  // allocates at the first step only
+    float* p = payload_.data();
+    const float w = weight_;
+    for (int64_t i = 0; i < n; ++i) p[i] = grads[i] * w;
+    p[n] = loss_ ? *loss_ * w : 0.0f;
+    p[n + 1] = asked_stop_ ? 1.0f : 0.0f;
+    group_.sum(p, n + 2);
+    std::memcpy(grads, p, static_cast<size_t>(n) * sizeof(float));
+    loss = p[n];
+    stop = p[n + 1] > 0;
+  }
+  float loss = 0;
+  bool stop = false;
+
+ private:
+  Collective& group_;
+  std::vector<float>& payload_;
+  const float* loss_;
+  float weight_;
+  bool asked_stop_;
+};
+
+}  // namespace
+
+float Trainer::group_step(const int64_t* rows, int64_t n, bool asked_stop, bool* stop_all) {
+  const int size = group_->size(), me = group_->rank();
+  const int64_t T = data_.train.seq_len;
+  // The cross-entropy is a mean over the answered positions of the rows a process runs, so
+  // share k's gradient enters the sum weighted by its answered positions over the batch's.
+  int64_t answered_all = 0, answered_mine = 0;
+  for (int k = 0; k < size; ++k) {
+    int64_t answered = 0;
+    for (int64_t r = share_begin(n, k, size); r < share_begin(n, k + 1, size); ++r) {
+      const int32_t* y = data_.train.targets(rows[r]);
+      for (int64_t i = 0; i < T; ++i) answered += y[i] >= 0;
+    }
+    answered_all += answered;
+    if (k == me) answered_mine = answered;
+  }
+  const float weight =
+      answered_all > 0 ? static_cast<float>(static_cast<double>(answered_mine) / static_cast<double>(answered_all)) : 0.0f;
+  const int64_t begin = share_begin(n, me, size), count = share_begin(n, me + 1, size) - begin;
+  Executor& ex = runner_.executor();
+  if (count > 0) {
+    runner_.load_batch(data_.train, rows + begin, count, true);
+    GroupSum sum(*group_, payload_, ex.f32(runner_.model().loss.id()), weight, asked_stop);
+    ex.train_step(adam_.get(), &sum);
+    *stop_all = sum.stop;
+    return sum.loss;
+  }
+  // No rows for this process in this (final, short) batch: it adds nothing, and still takes
+  // part in the sum and the update.
+  std::memset(ex.grads(), 0, static_cast<size_t>(ex.param_count()) * sizeof(float));
+  GroupSum sum(*group_, payload_, nullptr, 0.0f, asked_stop);
+  sum.on_gradients(ex.grads(), ex.param_count());
+  ex.apply_update(adam_.get());
+  *stop_all = sum.stop;
+  return sum.loss;
+}
+
+Accuracy Trainer::group_evaluate(const Dataset& d) {
+  const int size = group_->size(), me = group_->rank();
+  const int64_t begin = share_begin(d.size, me, size), end = share_begin(d.size, me + 1, size);
+  Dataset share;
+  share.seq_len = d.seq_len;
+  share.size = end - begin;
+  share.x.assign(d.x.begin() + begin * d.seq_len, d.x.begin() + end * d.seq_len);
+  share.y.assign(d.y.begin() + begin * d.seq_len, d.y.begin() + end * d.seq_len);
+  const Accuracy mine = runner_.evaluate(share);
+  Accuracy all;
+  for (uint64_t v : group_->all_gather(static_cast<uint64_t>(mine.correct))) all.correct += static_cast<int64_t>(v);
+  for (uint64_t v : group_->all_gather(static_cast<uint64_t>(mine.total))) all.total += static_cast<int64_t>(v);
+  return all;
+}
+
+void Trainer::check_group_agrees() {
+  group_checked_ = true;
+  const Executor& ex = runner_.executor();
+  Fingerprint model, data, state;
+  for (const auto& [key, value] : config_entries(runner_.config(), options_)) model.add(key), model.add(value);
+  for (const Dataset* d : {&data_.train, &data_.val}) {
+    data.add(&d->size, sizeof d->size);
+    data.add(d->x);
+    data.add(d->y);
+  }
+  state.add(ex.params(), static_cast<size_t>(ex.param_count()) * sizeof(float));
+  state.add(adam_->m(), static_cast<size_t>(adam_->size()) * sizeof(float));
+  state.add(adam_->v(), static_cast<size_t>(adam_->size()) * sizeof(float));
+  const int64_t position[3] = {adam_->steps(), epoch_, batch_in_epoch_};
+  state.add(position, sizeof position);
+  Fingerprint target;  // different kernels round differently: the ranks' parameters would drift apart
+  target.add(simd_target_name());
+  const std::pair<const char*, uint64_t> checks[] = {
+      {"the SIMD target (a different CPU? set ATTNKIT_SIMD_TARGET alike on every rank)", target.h},
+      {"the model and training options", model.h},
+      {"the training and validation data", data.h},
+      {"the parameters, optimizer state and data position (checkpoint) it starts from", state.h}};
+  for (const auto& [what, h] : checks) {
+    const std::vector<uint64_t> all = group_->all_gather(h);
+    for (size_t k = 1; k < all.size(); ++k)
+      if (all[k] != all[0])
+        throw GroupError("rank " + std::to_string(k) + " of " + std::to_string(all.size()) +
+                         " disagrees with rank 0 on " + what + "; every process must be started alike");
+  }
 }
 
 }  // namespace attnkit

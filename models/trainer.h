@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../engine/checkpoint.h"
+#include "../engine/collective.h"
 #include "../engine/executor.h"
 #include "../engine/optimizer.h"
 #include "../engine/rng.h"
@@ -36,6 +37,13 @@ struct TrainerOptions {
   // Time every node of the training steps (not the evaluations, nor the first step, which
   // starts threads and touches memory first): executor().profile_report().
   bool profile = false;
+  // Data-parallel training over a group of processes (nullptr, or a group of one: this process
+  // alone). Every process builds the same model from the same seed and data and takes its
+  // contiguous share of every global batch of training.batch_size rows (which must divide by
+  // the group's size); the gradients are summed (weighted by each share's answered positions,
+  // so the sum is the whole batch's mean-loss gradient) and every process applies the same
+  // Adam update. Validation is shared out too. The group must outlive the Trainer.
+  Collective* collective = nullptr;
 };
 
 struct StepReport {
@@ -96,6 +104,8 @@ class Trainer {
 
   // Trains until options.training.epochs epochs are done (returns true), or until `stop`,
   // asked after every step, says so (returns false; save() then resumes after that step).
+  // In a data-parallel group `stop` is asked before each step and its answer summed with the
+  // step's gradients: when any rank says yes, every rank stops after that step.
   // Callbacks may be empty; on_step may call save().
   bool train(const std::function<void(const StepReport&)>& on_step = {},
              const std::function<void(const EpochReport&)>& on_epoch = {},
@@ -116,6 +126,11 @@ class Trainer {
   const Executor& executor() const { return runner_.executor(); }
   int64_t step() const { return adam_->steps(); }
   int64_t batches_per_epoch() const;
+  // The data-parallel group's size and this process's rank (1 and 0 without a group).
+  int ranks() const { return group_ ? group_->size() : 1; }
+  int rank() const { return group_ ? group_->rank() : 0; }
+  // Floats summed across the group per step (the gradients, the loss and the stop flag).
+  int64_t floats_summed_per_step() const { return group_ ? runner_.executor().param_count() + 2 : 0; }
   const std::vector<float>& losses() const { return losses_; }       // steps taken by this object
   int64_t first_step() const { return first_step_; }                  // step of losses()[0], minus 1
   double train_seconds() const { return train_seconds_; }             // time in training steps
@@ -126,6 +141,15 @@ class Trainer {
 
  private:
   void take_snapshot();
+  // One data-parallel step over the global batch rows[0, n): this process's share, the
+  // group's sum of the gradients and losses. Returns the batch's loss; *stop_all tells whether
+  // any process asked to stop (asked_stop is this one's answer).
+  float group_step(const int64_t* rows, int64_t n, bool asked_stop, bool* stop_all);
+  // Accuracy over d, each process evaluating its share.
+  Accuracy group_evaluate(const Dataset& d);
+  // Refuses (Error, on every process) a group whose processes disagree on the model, the
+  // options, the data or the parameters and optimizer state they start from.
+  void check_group_agrees();
   // Throws NumericError when the step just taken left NaN/Inf in the loss, a gradient or a
   // parameter; remembers the fault so save() refuses.
   void check_finite(float loss);
@@ -144,6 +168,9 @@ class Trainer {
   std::vector<int64_t> snapshot_steps_;
   std::vector<std::vector<float>> snapshots_;
   std::string numeric_fault_;  // the NumericError message, once one happened
+  Collective* group_ = nullptr;  // a group of more than one process, else nullptr
+  bool group_checked_ = false;
+  std::vector<float> payload_;   // gradients, loss, stop flag: what the group sums each step
 };
 
 }  // namespace attnkit

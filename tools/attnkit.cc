@@ -18,6 +18,7 @@
 #include "ops/gemm.h"
 #include "tools/cli_parser.h"
 #include "tools/commands.h"
+#include "tools/mpi_collective.h"
 #include "tools/passive_openmp.h"
 
 namespace {
@@ -40,6 +41,90 @@ std::string version_text() {
          "\nsupported by this CPU: " + join(attnkit::supported_simd_targets()) +
          "\ncompiled in: " + join(attnkit::compiled_simd_targets());
 }
+
+// FNV-1a of the arguments after the program's name: the ranks of a job must be started alike.
+uint64_t arguments_fingerprint(int argc, char** argv) {
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 1; i < argc; ++i)
+    for (const char* p = argv[i];; ++p) {
+      h = (h ^ static_cast<unsigned char>(*p)) * 1099511628211ull;
+      if (!*p) break;
+    }
+  return h;
+}
+
+// Runs the parsed command; maps errors to exit codes (see the top of this file).
+int run_command(const attnkit::cli::ParsedArgs& a, attnkit::Collective* group) {
+  using namespace attnkit::cli;
+  try {
+    switch (a.command) {
+      case Command::kTrain: return run_train(a.train, group);
+      case Command::kEval: return run_eval(a.eval);
+      case Command::kInfer: return run_infer(a.infer);
+      case Command::kRollout: return run_rollout(a.rollout_in, a.rollout_out);
+      case Command::kDemo: return run_demo(a.demo_name, a.demo_out);
+      case Command::kRender: return run_render(a.render);
+      case Command::kNone: break;
+    }
+  } catch (const UsageError& e) {
+    return usage_error(e.what());
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return usage_error("no subcommand");
+}
+
+#ifdef ATTNKIT_HAVE_MPI
+// One process of an mpirun job. Errors every rank meets alike (a usage error, ranks that
+// disagree, a numeric fault of the summed gradients) are told once, by rank 0, and every rank
+// ends with the same code; an error of one rank alone (e.g. rank 0 cannot write the run folder)
+// is told with its rank and ends the whole job (MPI_Abort), so no rank waits forever.
+int run_in_group(const attnkit::cli::ParsedArgs& a, int argc, char** argv) {
+  using namespace attnkit::cli;
+  std::unique_ptr<attnkit::MpiGroup> group;
+  try {
+    group = std::make_unique<attnkit::MpiGroup>(&argc, &argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  group->watch_stop_flag(stop_signal_flag());
+  const int rank = group->rank(), size = group->size();
+  const bool lead = rank == 0;
+  try {
+    if (size > 1 && a.command != Command::kTrain) {
+      if (lead) usage_error("only 'attnkit train' runs across the processes of an mpirun job; run the others alone");
+      return 2;
+    }
+    const std::vector<uint64_t> args = group->all_gather(arguments_fingerprint(argc, argv));
+    for (int k = 1; k < size; ++k)
+      if (args[static_cast<size_t>(k)] != args[0]) {
+        if (lead)
+          std::fprintf(stderr, "error: rank %d of %d was started with other arguments than rank 0; every rank of "
+                               "an mpirun job must run the same command\n", k, size);
+        return 1;
+      }
+    return run_train(a.train, group.get());
+  } catch (const UsageError& e) {
+    if (lead) usage_error(e.what());
+    return 2;
+  } catch (const attnkit::GroupError& e) {
+    if (lead) std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const attnkit::NumericError& e) {
+    std::fflush(stdout);
+    if (lead) std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: rank %d of %d: %s; ending the job\n", rank, size, e.what());
+    std::fflush(stderr);
+    attnkit::MpiGroup::abort(1);
+  }
+}
+#endif
 
 }  // namespace
 
@@ -68,22 +153,14 @@ int main(int argc, char** argv) {
   if (a.command == Command::kTrain) attnkit::prefer_passive_openmp(a.train.threads, argv);
   if (a.command == Command::kEval) attnkit::prefer_passive_openmp(a.eval.threads, argv);
   if (a.command == Command::kInfer) attnkit::prefer_passive_openmp(a.infer.threads, argv);
-  try {
-    switch (a.command) {
-      case Command::kTrain: return run_train(a.train);
-      case Command::kEval: return run_eval(a.eval);
-      case Command::kInfer: return run_infer(a.infer);
-      case Command::kRollout: return run_rollout(a.rollout_in, a.rollout_out);
-      case Command::kDemo: return run_demo(a.demo_name, a.demo_out);
-      case Command::kRender: return run_render(a.render);
-      case Command::kNone: break;
-    }
-  } catch (const UsageError& e) {
-    return usage_error(e.what());
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "error: %s\n", e.what());
+#ifdef ATTNKIT_HAVE_MPI
+  if (attnkit::launched_by_mpi()) return run_in_group(a, argc, argv);
+#else
+  if (attnkit::launched_group_size() > 1) {
+    std::fprintf(stderr, "error: this attnkit was built without MPI (CMake option ATTNKIT_MPI): it cannot train "
+                         "across the %d processes mpirun started\n", attnkit::launched_group_size());
     return 1;
   }
-  return usage_error("no subcommand");
+#endif
+  return run_command(a, nullptr);
 }

@@ -11,6 +11,10 @@ namespace CLI {
 class App;
 }
 
+namespace attnkit {
+class Collective;
+}
+
 namespace attnkit::cli {
 
 // A bad command line found after parsing (e.g. --heads that does not divide --d-model).
@@ -38,7 +42,11 @@ struct TrainArgs {
   std::vector<std::string> given;
   bool has(const std::string& flag) const;
 };
-int run_train(const TrainArgs& args);
+// group: the data-parallel group of processes (mpirun), nullptr when running alone. Rank 0
+// alone prints, draws and writes the run folder.
+int run_train(const TrainArgs& args, Collective* group = nullptr);
+// The flag SIGINT/SIGTERM set while run_train trains (0 = none): the signal's number.
+const volatile int* stop_signal_flag();
 
 struct EvalArgs {
   std::string checkpoint, data;

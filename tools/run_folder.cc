@@ -274,6 +274,7 @@ RunContents train_contents(Trainer& trainer, const EarlierRun& earlier, const Tr
       {"steps_per_second", seconds > 0 ? static_cast<double>(steps_here) / seconds : 0.0},
       {"steps_this_run", steps_here},
       {"threads", options.threads},
+      {"ranks", trainer.ranks()},
       {"arena_bytes", ex.plan().arena_bytes},
       {"arena_lower_bound_bytes", ex.plan().lower_bound_bytes},
       {"param_count", ex.param_count()},
@@ -285,6 +286,15 @@ RunContents train_contents(Trainer& trainer, const EarlierRun& earlier, const Tr
       {"model", model_config_to_json(config)},
       {"resumed_from", info.resumed_from.empty() ? nlohmann::json(nullptr) : nlohmann::json(info.resumed_from)},
   };
+  if (trainer.ranks() > 1) {
+    const Collective& group = *options.collective;
+    contents.metrics["communication"] = {
+        {"floats_summed_per_step", trainer.floats_summed_per_step()},
+        {"bytes_sent_per_step", steps_here > 0 ? group.bytes_summed() / steps_here : 0},
+        {"seconds_summing", group.seconds_summing()},  // rank 0's, waiting for the others included
+        {"algorithm", "reduce-scatter (MPI_Alltoall, summed in rank order) + MPI_Allgather"},
+    };
+  }
   return contents;
 }
 

@@ -16,6 +16,7 @@ packages=(
   nlohmann-json3-dev    # JSON for safetensors headers, meta.json, metrics.json
   libpng-dev zlib1g-dev # PNG output; zlib for .npz (deflate) reading
   python3-numpy         # tests read our .npy/.npz back with numpy
+  libopenmpi-dev openmpi-bin  # Open MPI: `mpirun -np N attnkit train` (data-parallel), its tests
   libfreetype-dev fonts-dejavu-core  # text in the PNG pictures (DejaVu Sans is built into attnkit)
 )
 if [ "${ATTNKIT_SETUP_TORCH:-0}" = 1 ]; then

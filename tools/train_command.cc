@@ -7,7 +7,9 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <sstream>
+#include <type_traits>
 
 #include <fmt/core.h>
 
@@ -97,6 +99,7 @@ class Progress {
 
 // Set by SIGINT/SIGTERM during training: the trainer stops after the current step.
 volatile std::sig_atomic_t g_stop_signal = 0;
+static_assert(std::is_same_v<std::sig_atomic_t, int>, "stop_signal_flag() hands out an int");
 
 extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
 
@@ -133,7 +136,12 @@ void same_as_checkpoint(const TrainArgs& a, const char* flag, const T& given, co
 
 }  // namespace
 
-int run_train(const TrainArgs& a) {
+const volatile int* stop_signal_flag() { return &g_stop_signal; }
+
+int run_train(const TrainArgs& a, Collective* group) {
+  const int ranks = group ? group->size() : 1;
+  const bool lead = !group || group->rank() == 0;  // rank 0 alone prints, draws and writes
+  const bool quiet = a.quiet || !lead;
   ModelConfig config;
   TrainerOptions options;
   std::string resume_checkpoint, resume_dir;
@@ -203,6 +211,11 @@ int run_train(const TrainArgs& a) {
   }
   options.threads = a.threads;
   options.profile = a.profile;
+  options.collective = group;
+  if (options.training.batch_size % ranks != 0)
+    throw UsageError(fmt::format("--batch-size {} does not divide among {} processes (the global batch is split evenly "
+                                 "across the ranks mpirun starts)",
+                                 options.training.batch_size, ranks));
 
   TaskData data;
   if (!options.data_path.empty()) {
@@ -219,7 +232,8 @@ int run_train(const TrainArgs& a) {
 
   // The run folder is locked from here to the end; nothing in it changes before the first save.
   const std::string out = !a.out.empty() ? a.out : !resume_dir.empty() ? resume_dir : "runs/" + config.task;
-  RunFolderWriter writer(out, "attnkit train " + config.task);
+  std::unique_ptr<RunFolderWriter> writer_of_lead;
+  if (lead) writer_of_lead = std::make_unique<RunFolderWriter>(out, "attnkit train " + config.task);
 
   Trainer trainer(config, options, std::move(data));
   EarlierRun earlier;
@@ -229,17 +243,18 @@ int run_train(const TrainArgs& a) {
     if (options.training.epochs * nb < done)
       throw UsageError(fmt::format("--epochs {}: the checkpoint has already trained {} steps ({:.3g} epochs of {} steps)",
                                    options.training.epochs, done, static_cast<double>(done) / static_cast<double>(nb), nb));
-    earlier = earlier_run(resume_dir, config, done);
+    if (lead) earlier = earlier_run(resume_dir, config, done);
   }
 
   const bool tty = isatty(fileno(stdout)) != 0;
-  Progress progress(tty, a.quiet, options.training.epochs);
+  Progress progress(tty, quiet, options.training.epochs);
   const Executor& ex = trainer.executor();
 
   // One version of the run folder at the trainer's position: every file, then one commit.
   // Returns false when the pictures could not be drawn (everything else is saved).
   std::string pictures_error;
   auto save_version = [&](const char* state) -> bool {
+    RunFolderWriter& writer = *writer_of_lead;
     const std::string& dir = writer.begin();
     TrainRunInfo info;
     info.state = state;
@@ -261,12 +276,17 @@ int run_train(const TrainArgs& a) {
     write_json(dir + "/metrics.json", contents.metrics);
     written.push_back("metrics.json");
     writer.commit(CarryOver::kUserFiles);
-    if (!a.quiet && std::string(state) != "in progress") {
+    if (!quiet && std::string(state) != "in progress") {
       fmt::print("{}: validation accuracy {:.4f} ({} of {} positions), final loss {:.4f}\n", config.task, acc.value(),
                  acc.correct, acc.total, losses.empty() ? 0.0f : losses.back());
-      fmt::print("{} steps in {:.2f} s ({:.0f} steps/s, {} thread{}), arena {} bytes (lower bound {})\n", steps_here,
-                 seconds, seconds > 0 ? static_cast<double>(steps_here) / seconds : 0.0, options.threads,
-                 options.threads == 1 ? "" : "s", ex.plan().arena_bytes, ex.plan().lower_bound_bytes);
+      fmt::print("{} steps in {:.2f} s ({:.0f} steps/s, {}{} thread{}), arena {} bytes (lower bound {})\n", steps_here,
+                 seconds, seconds > 0 ? static_cast<double>(steps_here) / seconds : 0.0,
+                 ranks > 1 ? fmt::format("{} ranks × ", ranks) : "", options.threads, options.threads == 1 ? "" : "s",
+                 ex.plan().arena_bytes, ex.plan().lower_bound_bytes);
+      if (ranks > 1)
+        fmt::print("summed {} bytes per step across the ranks, {:.3f} s of {:.2f} in the sums (rank 0)\n",
+                   steps_here > 0 ? group->bytes_summed() / steps_here : 0,
+                   group->seconds_summing(), seconds);
       if (a.profile) fmt::print("profile: {}", ex.profile_report(10));
       std::string names;
       for (const auto& n : written) names += (names.empty() ? "" : ", ") + n;
@@ -275,6 +295,8 @@ int run_train(const TrainArgs& a) {
     return pictures_ok;
   };
   auto save_run = [&](const char* state) -> bool {
+    if (!lead) return true;
+    RunFolderWriter& writer = *writer_of_lead;
     try {
       return save_version(state);
     } catch (const FileError& e) {
@@ -283,11 +305,11 @@ int run_train(const TrainArgs& a) {
     }
   };
 
-  if (!a.quiet)
-    fmt::print("training {}: {} train / {} val sequences, {} epochs of {} steps, batch {}, lr {}, seed {}, {} thread{}\n",
+  if (!quiet)
+    fmt::print("training {}: {} train / {} val sequences, {} epochs of {} steps, batch {}, lr {}, seed {}, {}{} thread{}\n",
                config.task, trainer.data().train.size, trainer.data().val.size, options.training.epochs,
                trainer.batches_per_epoch(), options.training.batch_size, options.training.lr, options.seed,
-               options.threads, options.threads == 1 ? "" : "s");
+               ranks > 1 ? fmt::format("{} ranks × ", ranks) : "", options.threads, options.threads == 1 ? "" : "s");
   std::fflush(stdout);
   bool finished = false;
   {
@@ -303,16 +325,19 @@ int run_train(const TrainArgs& a) {
           [&](const EpochReport& r) { progress.epoch(r); }, [] { return g_stop_signal != 0; });
     } catch (const NumericError& e) {
       progress.abort();
-      throw NumericError(std::string(e.what()) + (writer.commits() > 0 ? " (" + out + " holds the last save)"
-                                                                        : " (files in " + out + " are unchanged)"));
+      const bool saved = writer_of_lead && writer_of_lead->commits() > 0;
+      throw NumericError(std::string(e.what()) + (saved ? " (" + out + " holds the last save)"
+                                                        : " (files in " + out + " are unchanged)"));
     }
   }
   if (!finished) progress.abort();
   const bool pictures_ok = save_run(finished ? "finished" : "stopped");
   if (!finished) {
-    const int sig = g_stop_signal;
-    std::fprintf(stderr, "stopped by %s after step %lld: %s holds this step; continue with --resume %s\n",
-                 sig == SIGINT ? "SIGINT" : "SIGTERM", static_cast<long long>(trainer.step()), out.c_str(), out.c_str());
+    const int sig = g_stop_signal ? static_cast<int>(g_stop_signal) : SIGTERM;  // another rank's signal
+    if (!lead) return 128 + sig;
+    const char* by = !g_stop_signal ? "a signal to another rank" : sig == SIGINT ? "SIGINT" : "SIGTERM";
+    std::fprintf(stderr, "stopped by %s after step %lld: %s holds this step; continue with --resume %s\n", by,
+                 static_cast<long long>(trainer.step()), out.c_str(), out.c_str());
     return 128 + sig;
   }
   if (!pictures_ok) {
