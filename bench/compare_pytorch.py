@@ -119,74 +119,7 @@ def torch_worker(args):
     if blas_threads is not None and blas_threads != n:
         die("openblas_get_num_threads() = %d, wanted %d" % (blas_threads, n))
 
-    class MHA(nn.Module):
-        def __init__(self, D, H):
-            super().__init__()
-            self.H = H
-            self.q, self.k, self.v, self.o = (nn.Linear(D, D) for _ in range(4))
-
-        def forward(self, x):
-            B, T, D = x.shape
-            H, dh = self.H, D // self.H
-            q = self.q(x).view(B, T, H, dh).transpose(1, 2)
-            k = self.k(x).view(B, T, H, dh).transpose(1, 2)
-            v = self.v(x).view(B, T, H, dh).transpose(1, 2)
-            w = torch.softmax(q @ k.transpose(-2, -1) / (dh ** 0.5), dim=-1)
-            return self.o((w @ v).transpose(1, 2).reshape(B, T, D))
-
-    class Block(nn.Module):
-        """models/lessons.cc, one layer of the general stack with pre_norm and block_mlp."""
-
-        def __init__(self, c):
-            super().__init__()
-            D = c["D"]
-            self.ln1 = nn.LayerNorm(D) if c.get("pre_norm") else None
-            self.attn = MHA(D, c["heads"])
-            self.ln2 = nn.LayerNorm(D) if c.get("pre_norm") and c.get("block_mlp") else None
-            self.mlp = nn.Sequential(nn.Linear(D, c["block_mlp"]), nn.ReLU(),
-                                     nn.Linear(c["block_mlp"], D)) if c.get("block_mlp") else None
-
-        def forward(self, h):
-            h = h + self.attn(self.ln1(h) if self.ln1 is not None else h)
-            if self.mlp is not None:
-                h = h + self.mlp(self.ln2(h) if self.ln2 is not None else h)
-            return h
-
-    class Lesson(nn.Module):
-        def __init__(self, c):
-            super().__init__()
-            self.tok = nn.Embedding(c["vocab"], c["D"])
-            self.pos = nn.Embedding(c["T"], c["D"]) if c["pos"] else None
-            if c.get("layers", 1) == 1 and not c.get("pre_norm") and not c.get("block_mlp"):
-                self.attn = MHA(c["D"], c["heads"])  # the lesson's head(h + attn(h))
-                self.layers = None
-            else:
-                self.attn = None
-                self.layers = nn.ModuleList(Block(c) for _ in range(c.get("layers", 1)))
-            if c["head"] == "mlp":
-                self.head = nn.Sequential(nn.Linear(c["D"], c["hidden"]), nn.ReLU(),
-                                          nn.Linear(c["hidden"], c["classes"]))
-            else:
-                self.head = nn.Sequential(nn.LayerNorm(c["D"]), nn.Linear(c["D"], c["classes"]))
-            self.register_buffer("arange", torch.arange(c["T"]))
-
-        def forward(self, ids):
-            h = self.tok(ids)
-            if self.pos is not None:
-                h = h + self.pos(self.arange)
-            if self.layers is None:
-                return self.head(h + self.attn(h))
-            for block in self.layers:
-                h = block(h)
-            return self.head(h)
-
-    def targets(task, x):
-        if task == "neighbor-sum":
-            return (np.roll(x, 1, axis=1) + np.roll(x, -1, axis=1)) % c["vocab"]
-        if task == "duplicates":
-            eq = x[:, :, None] == x[:, None, :]
-            return (eq.sum(-1) > 1).astype(np.int64)
-        return x[:, ::-1].copy()
+    from torch_lessons import Lesson, targets
 
     results = {}
     rng = np.random.default_rng(12345)
@@ -231,7 +164,7 @@ def torch_worker(args):
         for _ in range(4):
             x = rng.integers(0, c["vocab"], size=(batch, c["T"]))
             data.append((torch.from_numpy(x.astype(np.int64)),
-                         torch.from_numpy(targets(task, x).astype(np.int64))))
+                         torch.from_numpy(targets(task, x, c["vocab"]).astype(np.int64))))
         state = {"i": 0}
 
         def step():
