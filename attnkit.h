@@ -14,6 +14,7 @@
 
 // The engine: graph, modules, executor, optimizer, files.
 #include "engine/checkpoint.h"
+#include "engine/collective.h"
 #include "engine/error.h"
 #include "engine/executor.h"
 #include "engine/functional.h"

@@ -22,9 +22,12 @@
 // agree to 1e-5). The mask here follows attnkit: a uint8 tensor, non-zero = forbidden (the
 // lesson's `mask == 0`).
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include <attnkit/attnkit.h>
 
@@ -84,5 +87,44 @@ class MultiHeadAttention {
   Linear W_q, W_k, W_v, W_o;
   Tensor attention;  // the weights of the last call, [batch, num_heads, seq_len, seq_len]
 };
+
+// Lesson 004's training loop on a built graph with inputs ids, targets [T] and output logits
+// [T, classes]: Adam (lr 0.01), `epochs` epochs over data.train reshuffled by Rng(1), batches
+// of the graph's max batch; returns the accuracy over data.val's positions.
+inline double train_and_validate(attnkit::Executor& ex, Tensor ids, Tensor targets, Tensor logits,
+                                 const attnkit::TaskData& data, int64_t classes, int epochs = 8) {
+  const int64_t B = ex.graph().max_batch(), T = data.train.seq_len;
+  attnkit::Adam adam(ex.param_count(), {0.01f});
+  attnkit::Rng order(1);
+  std::vector<int64_t> perm(static_cast<size_t>(data.train.size));
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
+    order.shuffle(perm.data(), data.train.size);
+    for (int64_t start = 0; start < data.train.size; start += B) {
+      const int64_t n = std::min(B, data.train.size - start);
+      ex.set_batch(n);
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t row = perm[static_cast<size_t>(start + r)];
+        std::memcpy(ex.i32(ids.id()) + r * T, data.train.tokens(row), static_cast<size_t>(T) * 4);
+        std::memcpy(ex.i32(targets.id()) + r * T, data.train.targets(row), static_cast<size_t>(T) * 4);
+      }
+      ex.train_step(&adam);
+    }
+  }
+  int64_t correct = 0, total = 0;
+  for (int64_t start = 0; start < data.val.size; start += B) {
+    const int64_t n = std::min(B, data.val.size - start);
+    ex.set_batch(n);
+    std::memcpy(ex.i32(ids.id()), data.val.tokens(start), static_cast<size_t>(n * T) * 4);
+    std::memcpy(ex.i32(targets.id()), data.val.targets(start), static_cast<size_t>(n * T) * 4);
+    ex.forward();
+    for (int64_t r = 0; r < n * T; ++r) {
+      const float* row = ex.f32(logits.id()) + r * classes;
+      correct += std::max_element(row, row + classes) - row == data.val.targets(start)[r];
+      ++total;
+    }
+  }
+  return total ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
+}
 
 }  // namespace lesson003
