@@ -52,35 +52,51 @@ inline double max_abs(const std::vector<double>& v) {
   return m;
 }
 
+// A shape without its leading batch dimension.
+inline Shape per_sample(const Shape& s) {
+  Shape per;
+  per.rank = s.rank - 1;
+  for (int i = 1; i < s.rank; ++i) per.dims[i - 1] = s[i];
+  return per;
+}
+
+// The batch of c's batched inputs (1 when none is).
+inline int64_t check_max_batch(const OpCheck& c) {
+  int64_t max_batch = 1;
+  for (const OpInput& in : c.inputs)
+    if (in.batched) max_batch = in.shape[0];
+  return max_batch;
+}
+
+// c's inputs as inputs of g (batched ones declared per sample): with their dtypes and
+// gradients where asked, or all float32 with gradients.
+inline std::vector<Tensor> check_inputs(Graph& g, const OpCheck& c, bool all_f32_with_grads) {
+  std::vector<Tensor> ins;
+  for (const OpInput& in : c.inputs) {
+    const DType dt = all_f32_with_grads ? DType::kF32 : in.dtype;
+    const bool grad = all_f32_with_grads || (in.requires_grad && in.dtype == DType::kF32);
+    ins.push_back(in.batched ? g.input(in.name, per_sample(in.shape), dt, grad)
+                             : g.input_unbatched(in.name, in.shape, dt, grad));
+  }
+  return ins;
+}
+
+// An input of y's shape (batched as y is) to feed y's upstream gradient.
+inline Tensor upstream_input(Graph& g, const Tensor& y, const std::string& name) {
+  const TensorDesc yd = y.desc();
+  return yd.batched ? g.input(name, per_sample(yd.shape), DType::kF32)
+                    : g.input_unbatched(name, yd.shape, DType::kF32);
+}
+
 inline void check_op(const OpCheck& c) {
   for_each_simd_target([&](const std::string&) {
-    int64_t max_batch = 1;
-    for (const OpInput& in : c.inputs)
-      if (in.batched) max_batch = in.shape[0];
+    const int64_t max_batch = check_max_batch(c);
     Graph g(max_batch);
-    std::vector<Tensor> ins;
-    for (const OpInput& in : c.inputs) {
-      if (in.batched) {
-        Shape per;
-        per.rank = in.shape.rank - 1;
-        for (int i = 1; i < in.shape.rank; ++i) per.dims[i - 1] = in.shape[i];
-        ins.push_back(g.input(in.name, per, in.dtype, in.requires_grad && in.dtype == DType::kF32));
-      } else {
-        ins.push_back(g.input_unbatched(in.name, in.shape, in.dtype, in.requires_grad && in.dtype == DType::kF32));
-      }
-    }
+    const std::vector<Tensor> ins = check_inputs(g, c, /*all_f32_with_grads=*/false);
     Tensor y = c.build(g, ins);
     g.keep(y);
     const TensorDesc yd = y.desc();
-    Tensor dy;
-    if (yd.batched) {
-      Shape per;
-      per.rank = yd.shape.rank - 1;
-      for (int i = 1; i < yd.shape.rank; ++i) per.dims[i - 1] = yd.shape[i];
-      dy = g.input("upstream_dy", per, DType::kF32);
-    } else {
-      dy = g.input_unbatched("upstream_dy", yd.shape, DType::kF32);
-    }
+    Tensor dy = upstream_input(g, y, "upstream_dy");
     g.backward(y, dy);
     Executor ex(g, {c.threads, 0, false});
     ex.set_batch(max_batch);

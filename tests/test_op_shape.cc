@@ -20,6 +20,9 @@ using test::check_op;
 using test::Inputs;
 using test::OpCheck;
 using test::OpInput;
+using test::check_inputs;
+using test::check_max_batch;
+using test::upstream_input;
 
 // ---- double references ----
 
@@ -116,30 +119,11 @@ struct Outcome {
 // Builds c's graph as check_op does, runs forward and backward with `threads` threads on fixed
 // inputs and returns the output and the input gradients.
 Outcome run_threads(const OpCheck& c, int threads) {
-  int64_t max_batch = 1;
-  for (const OpInput& in : c.inputs)
-    if (in.batched) max_batch = in.shape[0];
-  Graph g(max_batch);
-  std::vector<Tensor> ins;
-  for (const OpInput& in : c.inputs) {
-    if (in.batched) {
-      Shape per;
-      per.rank = in.shape.rank - 1;
-      for (int i = 1; i < in.shape.rank; ++i) per.dims[i - 1] = in.shape[i];
-      ins.push_back(g.input(in.name, per, DType::kF32, true));
-    } else {
-      ins.push_back(g.input_unbatched(in.name, in.shape, DType::kF32, true));
-    }
-  }
+  Graph g(check_max_batch(c));
+  const std::vector<Tensor> ins = check_inputs(g, c, /*all_f32_with_grads=*/true);
   Tensor y = c.build(g, ins);
   g.keep(y);
-  Tensor dy = y.desc().batched ? g.input("dy", [&] {
-    Shape per;
-    per.rank = y.shape().rank - 1;
-    for (int i = 1; i < y.shape().rank; ++i) per.dims[i - 1] = y.shape()[i];
-    return per;
-  }(), DType::kF32)
-                               : g.input_unbatched("dy", y.shape(), DType::kF32);
+  Tensor dy = upstream_input(g, y, "dy");
   g.backward(y, dy);
   Executor ex(g, {threads, 0, false});
   Rng rng(7);
