@@ -39,7 +39,12 @@ std::string version_text() {
   return std::string("attnkit ") + ATTNKIT_VERSION + "\nSIMD target: " + attnkit::simd_target_name() +
          (std::getenv("ATTNKIT_SIMD_TARGET") ? " (ATTNKIT_SIMD_TARGET)" : "") +
          "\nsupported by this CPU: " + join(attnkit::supported_simd_targets()) +
-         "\ncompiled in: " + join(attnkit::compiled_simd_targets());
+         "\ncompiled in: " + join(attnkit::compiled_simd_targets()) +
+#ifdef ATTNKIT_HAVE_MPI
+         "\nMPI: " + attnkit::mpi_library_version() + " (mpirun -np N attnkit train: data-parallel)";
+#else
+         "\nMPI: none (built with ATTNKIT_MPI off)";
+#endif
 }
 
 // FNV-1a of the arguments after the program's name: the ranks of a job must be started alike.

@@ -25,6 +25,14 @@ void check(int rc, const char* what) {
 
 }  // namespace
 
+std::string mpi_library_version() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  if (MPI_Get_library_version(text, &len) != MPI_SUCCESS) return "unknown";
+  std::string v(text, static_cast<size_t>(len));
+  return v.substr(0, v.find_first_of("\n,"));
+}
+
 MpiGroup::MpiGroup(int* argc, char*** argv) {
   int provided = 0;
   check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "engine/collective.h"
 
@@ -21,6 +22,9 @@ inline int launched_group_size() {
     if (const char* v = std::getenv(name)) return std::atoi(v);
   return 0;
 }
+
+// The MPI library's own name and version (first line), e.g. "Open MPI v4.1.4, …".
+std::string mpi_library_version();
 
 // MPI_COMM_WORLD as a Collective: starts MPI (MPI_Init_thread, funneled: only the thread
 // that calls sum() talks to MPI) and ends it (MPI_Finalize) when destroyed.
