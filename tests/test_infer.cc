@@ -1,6 +1,8 @@
 // attnkit infer --data and eval --data: every input format, the files numpy reads back, the
 // stdin mode, errors that name the file and leave nothing behind, memory that does not grow
 // with N, and predictions equal to those of the training graph's forward (attnkit::Predictor).
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include <fstream>
@@ -23,9 +25,11 @@ using attnkit::NpyArray;
 fs::path scratch(const std::string& name) { return cli_scratch("test_infer_tmp", name); }
 
 // A trained neighbor-sum run, shared by the cases (trained once per test program).
+// Each test process trains its own (CTest runs the cases as parallel processes, and one
+// process's fresh scratch folder must not pull the checkpoint from under another's).
 const fs::path& trained_run() {
   static const fs::path run = [] {
-    const fs::path dir = scratch("trained");
+    const fs::path dir = scratch("trained-" + std::to_string(::getpid()));
     REQUIRE(run_cli({"train", "neighbor-sum", "--epochs", "3", "--quiet", "--no-pictures", "--out", (dir / "run").string()},
                     dir, "train") == 0);
     return dir / "run";
