@@ -64,6 +64,124 @@ void Graph::optimize_for_inference() {
   if (fold_embedding_projections_) optimize_forward(kNoTensor);
   remove_dead_forward_nodes(kNoTensor);
   if (fuse_elementwise_) fuse_elementwise(kNoTensor);
+  if (fold_embedding_projections_) fold_lookup_addends();
+  if (fuse_elementwise_) fuse_residual_relu();
+  hoist_unbatched_nodes();
+}
+
+size_t Graph::unbatched_prefix() const {
+  size_t k = 0;
+  for (; k < forward_nodes_; ++k) {
+    bool batched = false;
+    for (const auto* list : {&nodes_[k].in, &nodes_[k].out, &nodes_[k].scratch})
+      for (TensorId t : *list) batched = batched || (t != kNoTensor && tensor(t).batched);
+    if (batched) break;
+  }
+  return k;
+}
+
+namespace {
+
+// Drops the nodes marked dead, keeping the order.
+void erase_dead(std::vector<Node>& nodes, const std::vector<bool>& dead) {
+  size_t j = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (dead[i]) continue;
+    if (i != j) nodes[j] = std::move(nodes[i]);
+    ++j;
+  }
+  nodes.resize(j);
+}
+
+}  // namespace
+
+void Graph::fold_lookup_addends() {
+  std::vector<bool> dead(nodes_.size(), false);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    Node& sum = nodes_[i];
+    if (sum.op != OpKind::kAdd || sum.in.size() != 2) continue;
+    for (int k = 0; k < 2; ++k) {
+      const TensorId y = sum.in[static_cast<size_t>(k)], c = sum.in[static_cast<size_t>(1 - k)];
+      const int64_t p = producer(y);
+      if (p < 0 || dead[static_cast<size_t>(p)] || uses(y, kNoTensor) != 1 || y == c) continue;
+      const Node& lookup = nodes_[static_cast<size_t>(p)];
+      if (lookup.op != OpKind::kEmbedding || lookup.in.size() != 3 || lookup.in[2] != kNoTensor) continue;
+      const TensorDesc &dy = tensor(y), &dc = tensor(c), &ds = tensor(sum.out[0]);
+      // The addend: float, unbatched, matching the lookup's trailing dims.
+      bool ok = dc.dtype == DType::kF32 && !dc.batched && dc.shape.rank <= dy.shape.rank && ds.shape == dy.shape &&
+                ds.batched == dy.batched;
+      for (int d = 1; ok && d <= dc.shape.rank; ++d) ok = dc.shape[-d] == dy.shape[-d];
+      if (!ok) continue;
+      // The lookup takes the sum's place (its table and ids are there before; c is there by then).
+      Node fused = lookup;
+      fused.in[2] = c;
+      fused.out[0] = sum.out[0];
+      nodes_[i] = std::move(fused);
+      dead[static_cast<size_t>(p)] = true;
+      break;
+    }
+  }
+  erase_dead(nodes_, dead);
+  forward_nodes_ = nodes_.size();
+}
+
+void Graph::fuse_residual_relu() {
+  std::vector<bool> dead(nodes_.size(), false);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& r = nodes_[i];
+    if (r.op != OpKind::kRelu) continue;
+    const TensorId y = r.in[0], z = r.out[0];
+    const int64_t p = producer(y);
+    if (p < 0 || uses(y, kNoTensor) != 1) continue;
+    Node& lin = nodes_[static_cast<size_t>(p)];
+    if (lin.op != OpKind::kLinear || lin.in.size() != 4 || lin.attrs.relu || lin.accumulate != 0) continue;
+    const TensorId res = lin.in[3];
+    const int64_t q = producer(res);
+    if (q < 0 || q > p || uses(res, kNoTensor) != 1 || tensor(res).keep) continue;
+    Node& lookup = nodes_[static_cast<size_t>(q)];
+    if (lookup.op != OpKind::kEmbedding || lookup.out[0] != res) continue;
+    // relu(x·W + b + r): r written into z by the lookup, then z = relu(x·W + z + b).
+    lookup.out[0] = z;
+    lin.in.pop_back();
+    lin.out[0] = z;
+    lin.accumulate = 1u;
+    lin.attrs.relu = true;
+    dead[i] = true;
+  }
+  erase_dead(nodes_, dead);
+  forward_nodes_ = nodes_.size();
+}
+
+void Graph::hoist_unbatched_nodes() {
+  // A node moves to the front when it touches no batched tensor and reads and writes nothing
+  // an earlier node that stays behind writes or reads.
+  std::vector<bool> front(nodes_.size(), false), behind_read(tensors_.size(), false),
+      behind_written(tensors_.size(), false);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    bool ok = true;
+    for (TensorId t : n.in)
+      if (t != kNoTensor) ok = ok && !tensor(t).batched && !behind_written[static_cast<size_t>(t)];
+    for (const auto* list : {&n.out, &n.scratch})
+      for (TensorId t : *list)
+        if (t != kNoTensor)
+          ok = ok && !tensor(t).batched && !behind_written[static_cast<size_t>(t)] && !behind_read[static_cast<size_t>(t)];
+    front[i] = ok;
+    if (ok) continue;
+    for (TensorId t : n.in)
+      if (t != kNoTensor) behind_read[static_cast<size_t>(t)] = true;
+    for (const auto* list : {&n.out, &n.scratch})
+      for (TensorId t : *list)
+        if (t != kNoTensor) behind_written[static_cast<size_t>(t)] = true;
+  }
+  std::vector<Node> ordered;
+  ordered.reserve(nodes_.size());
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (front[i]) ordered.push_back(nodes_[i]);
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (!front[i]) ordered.push_back(nodes_[i]);
+  nodes_ = std::move(ordered);
+  forward_nodes_ = nodes_.size();
 }
 
 int64_t Graph::uses(TensorId t, TensorId loss) const {
