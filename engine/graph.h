@@ -194,6 +194,10 @@ class Graph {
   //   ReLU in its store, so the ReLU is no pass of its own;
   // - nodes that read and write no batched tensor (products of weights, projected tables)
   //   move to the front, so that a run in chunks of rows (Executor) computes them once.
+  // - a one-head attention's output used only by a Linear, (P·V)·W + b, becomes P·(V·W + b)
+  //   (softmax rows sum to 1) when V is a foldable lookup and that costs fewer products:
+  //   V·W + b is then a lookup of projected tables, and the product disappears;
+  void fold_attention_values();
   void fold_lookup_addends();
   void fuse_residual_relu();
   void hoist_unbatched_nodes();

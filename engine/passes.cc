@@ -62,6 +62,8 @@ Tensor folded_linear(Graph& g, TensorId x, const Tensor& w, const Tensor& b, int
 void Graph::optimize_for_inference() {
   if (has_backward()) throw ShapeError("optimize_for_inference: the graph has a backward (it is a training graph)");
   if (fold_embedding_projections_) optimize_forward(kNoTensor);
+  remove_dead_forward_nodes(kNoTensor);  // (fold_attention_values counts the uses left)
+  if (fold_embedding_projections_) fold_attention_values();
   remove_dead_forward_nodes(kNoTensor);
   if (fuse_elementwise_) fuse_elementwise(kNoTensor);
   if (fold_embedding_projections_) fold_lookup_addends();
@@ -94,6 +96,40 @@ void erase_dead(std::vector<Node>& nodes, const std::vector<bool>& dead) {
 }
 
 }  // namespace
+
+void Graph::fold_attention_values() {
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node lin = nodes_[i];  // copies: the pass appends nodes
+    if (lin.op != OpKind::kLinear || lin.in.size() != 3 || lin.attrs.relu || lin.accumulate != 0) continue;
+    const TensorId a = lin.in[0], w = lin.in[1], b = lin.in[2];
+    const int64_t pa = producer(a);
+    if (pa < 0 || uses(a, kNoTensor) != 1 || tensor(w).batched || (b != kNoTensor && tensor(b).batched)) continue;
+    const Node att = nodes_[static_cast<size_t>(pa)];
+    if (att.op != OpKind::kAttention || att.out[0] != a || att.attrs.heads != 1) continue;
+    // The attention moves to the Linear's place: nothing in between may read its maps.
+    if (uses(att.out[1], kNoTensor) > 1) continue;
+    const TensorId v = att.in[2];
+    if (uses(v, kNoTensor) != 1 || tensor(v).keep || tensor(v).shape.rank != 3) continue;
+    // Products per query row: Tk·dv + dv·N before, Tk·N after; V·W from the tables.
+    const int64_t tk = tensor(v).shape[1], dv = tensor(v).shape[2], n = tensor(w).shape[1];
+    if (tk * n >= tk * dv + dv * n) continue;
+    if (folded_rows(*this, v, 0) >= tensor(v).shape.rows()) continue;
+    const size_t first_new = nodes_.size();
+    const Tensor v_projected = folded_linear(*this, v, Tensor(this, w), Tensor(this, b), 0);
+    Node mixed = att;  // P·(V·W + b), written into the Linear's output; the same maps
+    mixed.in[2] = v_projected.id();
+    mixed.out = {lin.out[0], att.out[1]};
+    std::vector<Node> added(nodes_.begin() + static_cast<std::ptrdiff_t>(first_new), nodes_.end());
+    nodes_.resize(first_new);
+    added.push_back(std::move(mixed));
+    nodes_.erase(nodes_.begin() + static_cast<std::ptrdiff_t>(i));
+    nodes_.erase(nodes_.begin() + pa);
+    const size_t at = i - 1;
+    nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(at), added.begin(), added.end());
+    i = at + added.size() - 1;
+    forward_nodes_ = nodes_.size();
+  }
+}
 
 void Graph::fold_lookup_addends() {
   std::vector<bool> dead(nodes_.size(), false);
