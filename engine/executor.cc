@@ -58,7 +58,9 @@ MemoryPlan Executor::make_plan(const Graph& graph, const ExecutorOptions& option
   const int64_t probe_rows = std::min<int64_t>(max_batch - 1, 16);
   const MemoryPlan probe = plan_memory(graph, {probe_rows});
   const int64_t per_row = (probe.arena_bytes + probe.kept_bytes / max_batch * probe_rows) / probe_rows;
-  int64_t rows = per_row > 0 ? options.chunk_bytes / per_row : max_batch;
+  // Each thread works on its share of a chunk, in its own core's cache.
+  const int64_t budget = options.chunk_bytes * std::max(1, options.threads);
+  int64_t rows = per_row > 0 ? budget / per_row : max_batch;
   if (rows >= max_batch) return plan_memory(graph);
   if (rows > 16) rows = rows / 8 * 8;  // whole vectors of rows for the products
   return plan_memory(graph, {std::max<int64_t>(1, rows)});

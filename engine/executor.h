@@ -29,7 +29,8 @@ struct ExecutorOptions {
   // cache; the kept results and the inputs stay whole (max_batch rows, in blocks of their own)
   // and each chunk reads and writes its rows in place. The arena is then planned for one
   // chunk, so its size stops growing with max_batch. Results are those of one whole-batch run.
-  // 0: never chunk. The default is about a Zen 4 core's L2 (1 MB).
+  // 0: never chunk. The default is about a Zen 4 core's L2 (1 MB); with several threads a
+  // chunk is that much per thread.
   int64_t chunk_bytes = kDefaultChunkBytes;
   static constexpr int64_t kDefaultChunkBytes = 1 << 20;
 };
