@@ -50,6 +50,8 @@ bool runs_row_by_row(const Graph& g) {
 
 // The whole-batch plan, or for a row-by-row inference graph whose arena would exceed
 // chunk_bytes, the plan of a chunk of rows that fits it.
+constexpr int64_t kMinChunkRows = 1024;
+
 MemoryPlan Executor::make_plan(const Graph& graph, const ExecutorOptions& options) {
   const int64_t max_batch = graph.max_batch();
   if (options.chunk_bytes <= 0 || max_batch < 2 || !runs_row_by_row(graph)) return plan_memory(graph);
@@ -61,6 +63,14 @@ MemoryPlan Executor::make_plan(const Graph& graph, const ExecutorOptions& option
   // Each thread works on its share of a chunk, in its own core's cache.
   const int64_t budget = options.chunk_bytes * std::max(1, options.threads);
   int64_t rows = per_row > 0 ? budget / per_row : max_batch;
+  // Products of fewer rows lose more to packing and tile edges than the cache saves: at
+  // least kMinChunkRows rows of each batched matrix (reversal-large, 1.5 MB a sequence, would
+  // otherwise run a sequence at a time, its GEMMs at 128 rows).
+  int64_t rows_per_sample = 1;
+  for (const TensorDesc& d : graph.tensors())
+    if (d.batched && d.shape.rank == 3)  // [batch, tokens, features]: the products' rows
+      rows_per_sample = std::max(rows_per_sample, d.shape[1]);
+  rows = std::max(rows, (kMinChunkRows + rows_per_sample - 1) / rows_per_sample);
   if (rows >= max_batch) return plan_memory(graph);
   if (rows > 16) rows = rows / 8 * 8;  // whole vectors of rows for the products
   return plan_memory(graph, {std::max<int64_t>(1, rows)});
