@@ -3,13 +3,18 @@
 // (Graph::optimize_for_inference), at 1 and 2 threads.
 //
 //   bench_infer [--models=neighbor-sum,duplicates,reversal,reversal-large] [--batches=1,500,10000]
-//               [--threads=1,2] [Google Benchmark flags]
+//               [--threads=1,2] [--profile=CALLS] [Google Benchmark flags]
 //
-// Counters: seqs/s (sequences per second) and us/call. The parameters are random (the
-// checkpoint's values do not change the time); bench/compare_pytorch.py --infer runs PyTorch's
-// torch.inference_mode() on the same models and shapes beside it.
+// Counters: seqs/s (sequences per second), time/call (the time of one forward call, printed
+// with its unit: "4.23us", "1.18ms"; seconds in the JSON output) and arena_MB. The parameters
+// are random (the checkpoint's values do not change the time); bench/compare_pytorch.py
+// --infer runs PyTorch's torch.inference_mode() on the same models and shapes beside it.
+// --profile=CALLS runs that many forward calls of each (model, batch, threads) with the
+// executor's per-node timing on and prints the slowest nodes instead of benchmarking.
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -28,28 +33,38 @@ using namespace attnkit;
 using bench::split;
 using bench::take_flag;
 
-void BM_Infer(benchmark::State& state, std::string task, int threads, int64_t batch) {
-  const ModelConfig c = lesson_config(task);
-  ModelRunner runner(c, batch, threads, 1, /*with_backward=*/false);
-  Executor& ex = runner.executor();
-  const Model& m = runner.model();
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab - 1));
-  std::vector<int32_t> ids(static_cast<size_t>(batch * c.seq_len));
-  for (auto& x : ids) x = tok(rng);
-  ex.set_batch(batch);
-  std::fill(ex.i32(m.targets.id()), ex.i32(m.targets.id()) + batch * c.seq_len, -1);
-  auto call = [&] {
-    std::memcpy(ex.i32(m.ids.id()), ids.data(), ids.size() * 4);
+// One model's inference graph at one batch, fed random tokens.
+struct InferRunner {
+  ModelConfig c;
+  ModelRunner runner;
+  std::vector<int32_t> ids;
+  InferRunner(const std::string& task, int threads, int64_t batch)
+      : c(lesson_config(task)), runner(c, batch, threads, 1, /*with_backward=*/false) {
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab - 1));
+    ids.resize(static_cast<size_t>(batch * c.seq_len));
+    for (auto& x : ids) x = tok(rng);
+    Executor& ex = runner.executor();
+    ex.set_batch(batch);
+    std::fill(ex.i32(runner.model().targets.id()), ex.i32(runner.model().targets.id()) + batch * c.seq_len, -1);
+  }
+  void call() {
+    Executor& ex = runner.executor();
+    std::memcpy(ex.i32(runner.model().ids.id()), ids.data(), ids.size() * 4);
     ex.forward();
-    benchmark::DoNotOptimize(ex.f32(m.logits.id())[0]);
-  };
-  for (int i = 0; i < 3; ++i) call();  // threads start, memory is touched
-  for (auto _ : state) call();
+    benchmark::DoNotOptimize(ex.f32(runner.model().logits.id())[0]);
+  }
+};
+
+void BM_Infer(benchmark::State& state, std::string task, int threads, int64_t batch) {
+  InferRunner r(task, threads, batch);
+  Executor& ex = r.runner.executor();
+  for (int i = 0; i < 3; ++i) r.call();  // threads start, memory is touched
+  for (auto _ : state) r.call();
   const double calls = static_cast<double>(state.iterations());
   state.counters["seqs/s"] = benchmark::Counter(calls * static_cast<double>(batch), benchmark::Counter::kIsRate);
-  state.counters["us/call"] =
-      benchmark::Counter(calls * 1e-6, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  // seconds / calls, printed as a time ("4.23us"): the rate formatting of an inverted rate.
+  state.counters["time/call"] = benchmark::Counter(calls, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   state.counters["arena_MB"] = static_cast<double>(ex.plan().arena_bytes) / 1e6;
   state.SetLabel(task + " batch " + std::to_string(batch) + " threads " + std::to_string(threads));
 }
@@ -61,9 +76,16 @@ int main(int argc, char** argv) {
   std::vector<std::string> models = {"neighbor-sum", "duplicates", "reversal", "reversal-large"};
   std::vector<int64_t> batches = {1, 500, 10000};
   std::vector<int> threads = {1, 2};
+  int profile_calls = 0;
   for (int i = 1; i < argc;) {
     std::string v;
-    if (take_flag(argc, argv, i, "--models", &v)) {
+    if (take_flag(argc, argv, i, "--profile", &v)) {
+      profile_calls = std::atoi(v.c_str());
+      if (profile_calls <= 0) {
+        std::fprintf(stderr, "bench_infer: --profile must be a positive number of calls\n");
+        return 2;
+      }
+    } else if (take_flag(argc, argv, i, "--models", &v)) {
       models = split(v);
     } else if (take_flag(argc, argv, i, "--batches", &v)) {
       batches.clear();
@@ -79,10 +101,23 @@ int main(int argc, char** argv) {
     for (int64_t batch : batches) {
       if (task == "reversal-large" && batch > 500) continue;  // 1.3 GB of maps at 10 000
       for (int t : threads) {
+        if (profile_calls > 0) {  // per-node times instead of benchmarks
+          InferRunner r(task, t, batch);
+          for (int k = 0; k < 3; ++k) r.call();
+          Executor& ex = r.runner.executor();
+          ex.set_profiling(true);
+          for (int k = 0; k < profile_calls; ++k) r.call();
+          std::printf("== %s, batch %lld, %d thread(s), SIMD target %s, %zu nodes, arena %.2f MB: ", task.c_str(),
+                      static_cast<long long>(batch), t, simd_target_name(), r.runner.model().graph->nodes().size(),
+                      static_cast<double>(ex.plan().arena_bytes) / 1e6);
+          std::fputs(ex.profile_report(1000).c_str(), stdout);
+          continue;
+        }
         const std::string name = "BM_Infer/" + task + "/batch:" + std::to_string(batch) + "/threads:" + std::to_string(t);
         benchmark::RegisterBenchmark(name.c_str(), BM_Infer, task, t, batch)->Unit(benchmark::kMicrosecond)->UseRealTime();
       }
     }
+  if (profile_calls > 0) return 0;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -5,6 +5,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -14,15 +15,78 @@
 
 namespace attnkit {
 
+namespace {
+
+// Whether every node of a forward-only graph computes each row of its batched outputs from
+// the same rows of its batched inputs (and its unbatched outputs from unbatched inputs only),
+// so that the batch can run a chunk of rows at a time. Ops not listed (reductions over the
+// batch, losses, reshapes and transposes that may move the batch dim, dropout) keep the
+// whole batch in one run.
+bool runs_row_by_row(const Graph& g) {
+  if (g.has_backward()) return false;
+  for (const Node& n : g.nodes()) {
+    switch (n.op) {
+      case OpKind::kEmbedding: case OpKind::kLinear: case OpKind::kAdd: case OpKind::kRelu:
+      case OpKind::kLayerNorm: case OpKind::kAttention: case OpKind::kAddBroadcast: case OpKind::kSub:
+      case OpKind::kMul: case OpKind::kDiv: case OpKind::kAddScalar: case OpKind::kMulScalar:
+      case OpKind::kRsubScalar: case OpKind::kDivScalar: case OpKind::kRdivScalar: case OpKind::kExp:
+      case OpKind::kLog: case OpKind::kTanh: case OpKind::kSigmoid: case OpKind::kGelu:
+      case OpKind::kSumLast: case OpKind::kMeanLast: case OpKind::kSoftmax: case OpKind::kMaskedFill:
+        break;
+      default:
+        return false;
+    }
+    bool batched_in = false;
+    for (TensorId t : n.in) batched_in = batched_in || (t != kNoTensor && g.tensor(t).batched);
+    for (TensorId t : n.out)
+      if (t != kNoTensor && g.tensor(t).batched != batched_in) return false;
+    for (TensorId t : n.scratch)
+      if (t != kNoTensor && g.tensor(t).batched && !batched_in) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// The whole-batch plan, or for a row-by-row inference graph whose arena would exceed
+// chunk_bytes, the plan of a chunk of rows that fits it.
+constexpr int64_t kMinChunkRows = 1024;
+
+MemoryPlan Executor::make_plan(const Graph& graph, const ExecutorOptions& options) {
+  const int64_t max_batch = graph.max_batch();
+  if (options.chunk_bytes <= 0 || max_batch < 2 || !runs_row_by_row(graph)) return plan_memory(graph);
+  // Bytes per row: the arena of a small chunk (its unbatched tensors counted in, which errs
+  // towards smaller chunks) and the rows of the results it writes.
+  const int64_t probe_rows = std::min<int64_t>(max_batch - 1, 16);
+  const MemoryPlan probe = plan_memory(graph, {probe_rows});
+  const int64_t per_row = (probe.arena_bytes + probe.kept_bytes / max_batch * probe_rows) / probe_rows;
+  // Each thread works on its share of a chunk, in its own core's cache.
+  const int64_t budget = options.chunk_bytes * std::max(1, options.threads);
+  int64_t rows = per_row > 0 ? budget / per_row : max_batch;
+  // Products of fewer rows lose more to packing and tile edges than the cache saves: at
+  // least kMinChunkRows rows of each batched matrix (reversal-large, 1.5 MB a sequence, would
+  // otherwise run a sequence at a time, its GEMMs at 128 rows).
+  int64_t rows_per_sample = 1;
+  for (const TensorDesc& d : graph.tensors())
+    if (d.batched && d.shape.rank == 3)  // [batch, tokens, features]: the products' rows
+      rows_per_sample = std::max(rows_per_sample, d.shape[1]);
+  rows = std::max(rows, (kMinChunkRows + rows_per_sample - 1) / rows_per_sample);
+  if (rows >= max_batch) return plan_memory(graph);
+  if (rows > 16) rows = rows / 8 * 8;  // whole vectors of rows for the products
+  return plan_memory(graph, {std::max<int64_t>(1, rows)});
+}
+
 Executor::Executor(const Graph& graph, ExecutorOptions options)
     : graph_(graph),
-      plan_(plan_memory(graph)),
+      plan_(make_plan(graph, options)),
       threads_(1),
       batch_(graph.max_batch()),
+      rows_now_(graph.max_batch()),
       adaptive_(options.adaptive_threads) {
   apply_simd_target_env();
   set_threads(options.threads);
   arena_.resize(plan_.arena_bytes);
+  kept_.resize(plan_.kept_bytes);
   params_.resize(graph.param_count() * 4);
   grads_.resize(graph.param_count() * 4);
   // Inputs: each its own 64-byte aligned slot in one block.
@@ -47,7 +111,7 @@ namespace {
 
 // A byte range of one of the executor's blocks.
 struct Range {
-  int block;  // 0 arena, 1 parameters, 2 gradients, 3 inputs, 4 constants, 5 optimizer state
+  int block;  // 0 arena, 1 parameters, 2 gradients, 3 inputs, 4 constants, 5 optimizer state, 6 results
   int64_t lo, hi;
 };
 
@@ -65,7 +129,12 @@ void Executor::plan_barriers() {
   auto range_of = [&](TensorId id) {
     const TensorDesc& d = graph_.tensor(id);
     switch (d.storage) {
-      case Storage::kArena: return Range{0, plan_.offsets[static_cast<size_t>(id)], plan_.offsets[static_cast<size_t>(id)] + d.bytes()};
+      case Storage::kArena: {
+        const int64_t kept = plan_.kept_offsets[static_cast<size_t>(id)];
+        if (kept >= 0) return Range{6, kept, kept + d.bytes()};  // a chunked plan's result: all its rows
+        const int64_t offset = plan_.offsets[static_cast<size_t>(id)];
+        return Range{0, offset, offset + plan_.bytes(graph_, id)};
+      }
       case Storage::kParam: return Range{1, d.offset * 4, d.offset * 4 + d.bytes()};
       case Storage::kParamGrad: return Range{2, d.offset * 4, d.offset * 4 + d.bytes()};
       case Storage::kInput: return Range{3, input_offsets_[static_cast<size_t>(id)], input_offsets_[static_cast<size_t>(id)] + d.bytes()};
@@ -115,7 +184,7 @@ void Executor::set_batch(int64_t batch) {
   if (batch < 1 || batch > graph_.max_batch())
     throw Error("executor: batch " + std::to_string(batch) + " is outside [1, " +
                 std::to_string(graph_.max_batch()) + "] the graph was planned for");
-  batch_ = batch;
+  batch_ = rows_now_ = batch;
 }
 
 void Executor::set_threads(int threads) {
@@ -141,8 +210,12 @@ void Executor::init_parameters(uint64_t seed) {
 
 void* Executor::ptr(TensorId id) const {
   const TensorDesc& d = graph_.tensor(id);
+  // In a chunked run the results and batched inputs are whole: the chunk's rows start row0_ in.
+  auto chunk_row = [&] { return row0_ > 0 && d.batched ? row0_ * (d.bytes() / d.shape[0]) : 0; };
   switch (d.storage) {
     case Storage::kArena: {
+      const int64_t kept = plan_.kept_offsets[static_cast<size_t>(id)];
+      if (kept >= 0) return kept_.data() + kept + chunk_row();
       const int64_t offset = plan_.offsets[static_cast<size_t>(id)];
       if (offset < 0)  // no node of the (optimized) graph touches it
         throw Error("executor: tensor " + graph_.describe(id) + " is not computed by this graph (nothing uses it)");
@@ -150,7 +223,7 @@ void* Executor::ptr(TensorId id) const {
     }
     case Storage::kParam: return params_.f32() + d.offset;
     case Storage::kParamGrad: return grads_.f32() + d.offset;
-    case Storage::kInput: return inputs_.data() + input_offsets_[static_cast<size_t>(id)];
+    case Storage::kInput: return inputs_.data() + input_offsets_[static_cast<size_t>(id)] + chunk_row();
     case Storage::kConst: return consts_.data() + d.offset;
   }
   return nullptr;
@@ -163,7 +236,7 @@ uint8_t* Executor::u8(TensorId id) const { return static_cast<uint8_t*>(ptr(id))
 Shape Executor::shape(TensorId id) const {
   const TensorDesc& d = graph_.tensor(id);
   Shape s = d.shape;
-  if (d.batched) s.dims[0] = batch_;
+  if (d.batched) s.dims[0] = rows_now_;
   return s;
 }
 
@@ -179,11 +252,24 @@ void Executor::validate_inputs() const {
     if (ids == kNoTensor || graph_.tensor(ids).storage != Storage::kInput) continue;
     const int32_t* p = i32(ids);
     const int64_t count = shape(ids).numel();
-    for (int64_t j = 0; j < count; ++j)
-      if (p[j] < lo || p[j] >= hi)
-        throw Error("input '" + graph_.tensor(ids).name + "': value " + std::to_string(p[j]) +
-                    " at flat index " + std::to_string(j) + " is outside [" + std::to_string(lo) +
-                    ", " + std::to_string(hi) + ")");
+    const uint32_t span = static_cast<uint32_t>(hi - lo);
+    int64_t bad = -1;
+    for (int64_t j = 0; j < count && bad < 0; j += 256) {  // branch-free blocks, then the first bad one
+      const int64_t e = std::min(count, j + 256);
+      bool any = false;
+      for (int64_t k = j; k < e; ++k) any |= static_cast<uint32_t>(p[k] - lo) >= span;
+      if (any)
+        for (int64_t k = j; k < e && bad < 0; ++k)
+          if (p[k] < lo || p[k] >= hi) bad = k;
+    }
+    if (bad < 0) continue;
+    const TensorDesc& d = graph_.tensor(ids);
+    const int64_t per_sample = d.batched && count > 0 ? count / shape(ids)[0] : 0;
+    const std::string where = per_sample > 0 ? "sequence " + std::to_string(bad / per_sample) + ", position " +
+                                                   std::to_string(bad % per_sample)
+                                             : "flat index " + std::to_string(bad);
+    throw Error("input '" + d.name + "', " + where + ": value " + std::to_string(p[bad]) + " is outside [" +
+                std::to_string(lo) + ", " + std::to_string(hi) + ")");
   }
 }
 
@@ -197,7 +283,23 @@ void Executor::forward() {
   }
   const int threads = threads_for_run();
   const auto start = std::chrono::steady_clock::now();
-  run_nodes(0, graph_.forward_nodes(), nullptr, threads);
+  if (plan_.rows > 0 && batch_ > plan_.rows) {  // chunk by chunk (see ExecutorOptions::chunk_bytes)
+    struct Whole {  // back to the whole batch after the run, also when it throws
+      Executor& ex;
+      ~Whole() { ex.row0_ = 0, ex.rows_now_ = ex.batch_; }
+    } whole{*this};
+    // The weights-only nodes first, once (an inference graph has them in front), then the rest
+    // for each chunk of rows.
+    const size_t prefix = graph_.unbatched_prefix();
+    if (prefix > 0) run_nodes(0, prefix, nullptr, threads);
+    for (int64_t r = 0; r < batch_; r += plan_.rows) {
+      row0_ = r;
+      rows_now_ = std::min(plan_.rows, batch_ - r);
+      run_nodes(prefix, graph_.forward_nodes(), nullptr, threads, /*count_profiled_run=*/prefix == 0 && r == 0);
+    }
+  } else {
+    run_nodes(0, graph_.forward_nodes(), nullptr, threads);
+  }
   record_run(threads, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
@@ -220,7 +322,8 @@ void Executor::train_step(Adam* optimizer, GradientHook* hook) {
   if (hook) {
     run_nodes(0, graph_.nodes().size(), nullptr, threads);
     hook->on_gradients(grads_.f32(), graph_.param_count());
-    if (optimizer) run_nodes(graph_.nodes().size(), graph_.nodes().size(), optimizer, threads);
+    if (optimizer)  // the update of the same step: not a profiled run of its own
+      run_nodes(graph_.nodes().size(), graph_.nodes().size(), optimizer, threads, /*count_profiled_run=*/false);
   } else {
     run_nodes(0, graph_.nodes().size(), optimizer, threads);
   }
@@ -232,17 +335,17 @@ void Executor::apply_update(Adam* optimizer) {
     throw Error("executor: the optimizer was made for " + std::to_string(optimizer->size()) +
                 " parameters, the graph has " + std::to_string(graph_.param_count()));
   optimizer->begin_step();
-  run_nodes(graph_.nodes().size(), graph_.nodes().size(), optimizer, threads_in_use());
+  run_nodes(graph_.nodes().size(), graph_.nodes().size(), optimizer, threads_in_use(), /*count_profiled_run=*/false);
 }
 
-void Executor::run_nodes(size_t begin, size_t end, Adam* optimizer, int threads) {
+void Executor::run_nodes(size_t begin, size_t end, Adam* optimizer, int threads, bool count_profiled_run) {
   const auto& nodes = graph_.nodes();
   const size_t backward_from = graph_.forward_nodes();
   const bool zero_grads = begin <= backward_from && end > backward_from;
   SpinBarrier* barrier_ptr = nullptr;
   TaskCounter* counters = task_counters_.get();
   const bool profile = profiling_;
-  if (profile && begin == 0) ++profiled_runs_;  // an update-only run (a group step) is part of its step
+  if (profile && count_profiled_run) ++profiled_runs_;
   double* node_seconds = node_seconds_.data();
   auto body = [&](Slice s) {
     const bool timing = profile && s.index == 0;

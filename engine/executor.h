@@ -31,6 +31,16 @@ struct ExecutorOptions {
   // 1 thread now and then, and use the faster: on a small model or a busy machine more threads can cost more than they save.
   // Results do not depend on the thread count, so this changes only the speed.
   bool adaptive_threads = true;
+  // An inference graph (no backward) whose nodes all work row by row (lookups, products,
+  // elementwise ops, layer norms, attention) runs a batch whose arena would take more than
+  // this many bytes in chunks of rows that fit it, each chunk's intermediates staying in the
+  // cache; the kept results and the inputs stay whole (max_batch rows, in blocks of their own)
+  // and each chunk reads and writes its rows in place. The arena is then planned for one
+  // chunk, so its size stops growing with max_batch. Results are those of one whole-batch run.
+  // 0: never chunk. The default is about a Zen 4 core's L2 (1 MB); with several threads a
+  // chunk is that much per thread.
+  int64_t chunk_bytes = kDefaultChunkBytes;
+  static constexpr int64_t kDefaultChunkBytes = 1 << 20;
 };
 
 class Executor final : public RunContext {
@@ -39,7 +49,11 @@ class Executor final : public RunContext {
 
   // Batch of the next runs, 1 ≤ batch ≤ the graph's max_batch; no re-planning.
   void set_batch(int64_t batch);
-  int64_t batch() const override { return batch_; }
+  // The batch set; while a chunked run's kernels run, the rows of the current chunk.
+  int64_t batch() const override { return rows_now_; }
+  // Rows of a chunk when large batches run in chunks (see ExecutorOptions::chunk_bytes),
+  // else 0.
+  int64_t chunk_rows() const { return plan_.rows; }
   // True while train_step runs (dropout drops only then).
   bool training() const override { return training_; }
   void set_threads(int threads);
@@ -77,7 +91,8 @@ class Executor final : public RunContext {
 
  private:
   void validate_inputs() const;
-  void run_nodes(size_t begin, size_t end, Adam* optimizer, int threads);
+  void run_nodes(size_t begin, size_t end, Adam* optimizer, int threads, bool count_profiled_run = true);
+  static MemoryPlan make_plan(const Graph& graph, const ExecutorOptions& options);
   int threads_for_run();
   void record_run(int threads, double seconds);
   void* ptr(TensorId id) const;
@@ -87,7 +102,10 @@ class Executor final : public RunContext {
   MemoryPlan plan_;
   int threads_;
   int64_t batch_;
-  AlignedBuffer arena_, params_, grads_, inputs_, consts_;
+  // A chunked run's current chunk: its first row and its rows (row0_ 0 and rows_now_ batch_
+  // outside chunked runs).
+  int64_t row0_ = 0, rows_now_;
+  AlignedBuffer arena_, params_, grads_, inputs_, consts_, kept_;
   std::vector<int64_t> input_offsets_;
   // barrier_before_[i]: threads must all finish the nodes before node i first (it reads or
   // writes memory they write, or writes memory they read). Index nodes().size() is the

@@ -134,6 +134,9 @@ class Graph {
   bool has_backward() const { return forward_nodes_ != nodes_.size(); }
   // Nodes [0, forward_nodes()) are the forward pass, the rest its backward.
   size_t forward_nodes() const { return forward_nodes_; }
+  // Leading nodes that read and write no batched tensor (weights-only work; an inference
+  // graph has them first, see optimize_for_inference).
+  size_t unbatched_prefix() const;
 
   // Building blocks for ops and autodiff.
   TensorId new_tensor(const std::string& name, DType dtype, Shape shape, bool batched,
@@ -182,6 +185,22 @@ class Graph {
   // in the Linear's store (its 4th input; the sum's gradient already is y's). The results are
   // bitwise those of the separate nodes.
   void fuse_elementwise(TensorId loss);
+  // Inference only (optimize_for_inference; they change rounding, so training graphs keep
+  // their nodes):
+  // - a lookup plus an unbatched tensor, table[ids] + c, becomes one lookup adding c on the
+  //   way (the embedding's addend), when the sum is the lookup's only use;
+  // - relu(x·W + b + r) with r a lookup used only there (the folded head's first Linear):
+  //   the lookup writes the output and the product adds to it (accumulates) and applies the
+  //   ReLU in its store, so the ReLU is no pass of its own;
+  // - nodes that read and write no batched tensor (products of weights, projected tables)
+  //   move to the front, so that a run in chunks of rows (Executor) computes them once.
+  // - a one-head attention's output used only by a Linear, (P·V)·W + b, becomes P·(V·W + b)
+  //   (softmax rows sum to 1) when V is a foldable lookup and that costs fewer products:
+  //   V·W + b is then a lookup of projected tables, and the product disappears;
+  void fold_attention_values();
+  void fold_lookup_addends();
+  void fuse_residual_relu();
+  void hoist_unbatched_nodes();
 
   int64_t max_batch_;
   std::deque<TensorDesc> tensors_;

@@ -34,8 +34,10 @@ void linear_run(const RunContext& c, const Node& n, Slice s) {
   e.bias = n.in[2] != kNoTensor ? c.f32(n.in[2]) : nullptr;
   e.relu = n.attrs.relu;  // y = max(x·W + b, 0) (a fused ReLU, see Graph::fuse_elementwise)
   if (n.in.size() > 3) e.addend = c.f32(n.in[3]), e.ld_addend = out;  // a fused residual sum
+  // Accumulating (inference graphs, Graph::fuse_residual_relu): y = relu(x·W + y + b), y
+  // written before by a lookup.
   sgemm_epilogue_slice(false, false, rows, out, in, 1.0f, c.f32(n.in[0]), in, c.f32(n.in[1]),
-                       out, 0.0f, c.f32(n.out[0]), out, e, s);
+                       out, n.accumulates(0) ? 1.0f : 0.0f, c.f32(n.out[0]), out, e, s);
 }
 
 // Backward node: in (x, W, dy); out (dx, dW, db), each possibly absent. The three write

@@ -62,8 +62,162 @@ Tensor folded_linear(Graph& g, TensorId x, const Tensor& w, const Tensor& b, int
 void Graph::optimize_for_inference() {
   if (has_backward()) throw ShapeError("optimize_for_inference: the graph has a backward (it is a training graph)");
   if (fold_embedding_projections_) optimize_forward(kNoTensor);
+  remove_dead_forward_nodes(kNoTensor);  // (fold_attention_values counts the uses left)
+  if (fold_embedding_projections_) fold_attention_values();
   remove_dead_forward_nodes(kNoTensor);
   if (fuse_elementwise_) fuse_elementwise(kNoTensor);
+  if (fold_embedding_projections_) fold_lookup_addends();
+  if (fuse_elementwise_) fuse_residual_relu();
+  hoist_unbatched_nodes();
+}
+
+size_t Graph::unbatched_prefix() const {
+  size_t k = 0;
+  for (; k < forward_nodes_; ++k) {
+    bool batched = false;
+    for (const auto* list : {&nodes_[k].in, &nodes_[k].out, &nodes_[k].scratch})
+      for (TensorId t : *list) batched = batched || (t != kNoTensor && tensor(t).batched);
+    if (batched) break;
+  }
+  return k;
+}
+
+namespace {
+
+// Drops the nodes marked dead, keeping the order.
+void erase_dead(std::vector<Node>& nodes, const std::vector<bool>& dead) {
+  size_t j = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (dead[i]) continue;
+    if (i != j) nodes[j] = std::move(nodes[i]);
+    ++j;
+  }
+  nodes.resize(j);
+}
+
+}  // namespace
+
+void Graph::fold_attention_values() {
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node lin = nodes_[i];  // copies: the pass appends nodes
+    if (lin.op != OpKind::kLinear || lin.in.size() != 3 || lin.attrs.relu || lin.accumulate != 0) continue;
+    const TensorId a = lin.in[0], w = lin.in[1], b = lin.in[2];
+    const int64_t pa = producer(a);
+    if (pa < 0 || uses(a, kNoTensor) != 1 || tensor(w).batched || (b != kNoTensor && tensor(b).batched)) continue;
+    const Node att = nodes_[static_cast<size_t>(pa)];
+    if (att.op != OpKind::kAttention || att.out[0] != a || att.attrs.heads != 1) continue;
+    // The attention moves to the Linear's place: nothing in between may read its maps.
+    if (uses(att.out[1], kNoTensor) > 1) continue;
+    const TensorId v = att.in[2];
+    if (uses(v, kNoTensor) != 1 || tensor(v).keep || tensor(v).shape.rank != 3) continue;
+    // Products per query row: Tk·dv + dv·N before, Tk·N after; V·W from the tables.
+    const int64_t tk = tensor(v).shape[1], dv = tensor(v).shape[2], n = tensor(w).shape[1];
+    if (tk * n >= tk * dv + dv * n) continue;
+    if (folded_rows(*this, v, 0) >= tensor(v).shape.rows()) continue;
+    const size_t first_new = nodes_.size();
+    const Tensor v_projected = folded_linear(*this, v, Tensor(this, w), Tensor(this, b), 0);
+    Node mixed = att;  // P·(V·W + b), written into the Linear's output; the same maps
+    mixed.in[2] = v_projected.id();
+    mixed.out = {lin.out[0], att.out[1]};
+    std::vector<Node> added(nodes_.begin() + static_cast<std::ptrdiff_t>(first_new), nodes_.end());
+    nodes_.resize(first_new);
+    added.push_back(std::move(mixed));
+    nodes_.erase(nodes_.begin() + static_cast<std::ptrdiff_t>(i));
+    nodes_.erase(nodes_.begin() + pa);
+    const size_t at = i - 1;
+    nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(at), added.begin(), added.end());
+    i = at + added.size() - 1;
+    forward_nodes_ = nodes_.size();
+  }
+}
+
+void Graph::fold_lookup_addends() {
+  std::vector<bool> dead(nodes_.size(), false);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    Node& sum = nodes_[i];
+    if (sum.op != OpKind::kAdd || sum.in.size() != 2) continue;
+    for (int k = 0; k < 2; ++k) {
+      const TensorId y = sum.in[static_cast<size_t>(k)], c = sum.in[static_cast<size_t>(1 - k)];
+      const int64_t p = producer(y);
+      if (p < 0 || dead[static_cast<size_t>(p)] || uses(y, kNoTensor) != 1 || y == c) continue;
+      const Node& lookup = nodes_[static_cast<size_t>(p)];
+      if (lookup.op != OpKind::kEmbedding || lookup.in.size() != 3 || lookup.in[2] != kNoTensor) continue;
+      const TensorDesc &dy = tensor(y), &dc = tensor(c), &ds = tensor(sum.out[0]);
+      // The addend: float, unbatched, matching the lookup's trailing dims.
+      bool ok = dc.dtype == DType::kF32 && !dc.batched && dc.shape.rank <= dy.shape.rank && ds.shape == dy.shape &&
+                ds.batched == dy.batched;
+      for (int d = 1; ok && d <= dc.shape.rank; ++d) ok = dc.shape[-d] == dy.shape[-d];
+      if (!ok) continue;
+      // The lookup takes the sum's place (its table and ids are there before; c is there by then).
+      Node fused = lookup;
+      fused.in[2] = c;
+      fused.out[0] = sum.out[0];
+      nodes_[i] = std::move(fused);
+      dead[static_cast<size_t>(p)] = true;
+      break;
+    }
+  }
+  erase_dead(nodes_, dead);
+  forward_nodes_ = nodes_.size();
+}
+
+void Graph::fuse_residual_relu() {
+  std::vector<bool> dead(nodes_.size(), false);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& r = nodes_[i];
+    if (r.op != OpKind::kRelu) continue;
+    const TensorId y = r.in[0], z = r.out[0];
+    const int64_t p = producer(y);
+    if (p < 0 || uses(y, kNoTensor) != 1) continue;
+    Node& lin = nodes_[static_cast<size_t>(p)];
+    if (lin.op != OpKind::kLinear || lin.in.size() != 4 || lin.attrs.relu || lin.accumulate != 0) continue;
+    const TensorId res = lin.in[3];
+    const int64_t q = producer(res);
+    if (q < 0 || q > p || uses(res, kNoTensor) != 1 || tensor(res).keep) continue;
+    Node& lookup = nodes_[static_cast<size_t>(q)];
+    if (lookup.op != OpKind::kEmbedding || lookup.out[0] != res) continue;
+    // relu(x·W + b + r): r written into z by the lookup, then z = relu(x·W + z + b).
+    lookup.out[0] = z;
+    lin.in.pop_back();
+    lin.out[0] = z;
+    lin.accumulate = 1u;
+    lin.attrs.relu = true;
+    dead[i] = true;
+  }
+  erase_dead(nodes_, dead);
+  forward_nodes_ = nodes_.size();
+}
+
+void Graph::hoist_unbatched_nodes() {
+  // A node moves to the front when it touches no batched tensor and reads and writes nothing
+  // an earlier node that stays behind writes or reads.
+  std::vector<bool> front(nodes_.size(), false), behind_read(tensors_.size(), false),
+      behind_written(tensors_.size(), false);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    bool ok = true;
+    for (TensorId t : n.in)
+      if (t != kNoTensor) ok = ok && !tensor(t).batched && !behind_written[static_cast<size_t>(t)];
+    for (const auto* list : {&n.out, &n.scratch})
+      for (TensorId t : *list)
+        if (t != kNoTensor)
+          ok = ok && !tensor(t).batched && !behind_written[static_cast<size_t>(t)] && !behind_read[static_cast<size_t>(t)];
+    front[i] = ok;
+    if (ok) continue;
+    for (TensorId t : n.in)
+      if (t != kNoTensor) behind_read[static_cast<size_t>(t)] = true;
+    for (const auto* list : {&n.out, &n.scratch})
+      for (TensorId t : *list)
+        if (t != kNoTensor) behind_written[static_cast<size_t>(t)] = true;
+  }
+  std::vector<Node> ordered;
+  ordered.reserve(nodes_.size());
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (front[i]) ordered.push_back(nodes_[i]);
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (!front[i]) ordered.push_back(nodes_[i]);
+  nodes_ = std::move(ordered);
+  forward_nodes_ = nodes_.size();
 }
 
 int64_t Graph::uses(TensorId t, TensorId loss) const {

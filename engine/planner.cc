@@ -16,19 +16,44 @@ struct Block {
 
 }  // namespace
 
-MemoryPlan plan_memory(const Graph& g) {
+int64_t MemoryPlan::bytes(const Graph& g, TensorId t) const {
+  const TensorDesc& d = g.tensor(t);
+  if (rows <= 0 || !d.batched || d.shape[0] <= 0) return d.bytes();
+  return d.bytes() / d.shape[0] * rows;
+}
+
+MemoryPlan plan_memory(const Graph& g, const PlanOptions& options) {
   const auto& tensors = g.tensors();
   const auto& nodes = g.nodes();
   const size_t nt = tensors.size();
   const int64_t end = static_cast<int64_t>(nodes.size());
   MemoryPlan plan;
+  plan.rows = options.rows > 0 && options.rows < g.max_batch() ? options.rows : 0;
   plan.offsets.assign(nt, -1);
   plan.first_use.assign(nt, -1);
   plan.last_use.assign(nt, -1);
+  plan.kept_offsets.assign(nt, -1);
+  // A chunked plan's results: batched kept tensors some node writes, in a block of their own.
+  auto is_result = [&](size_t t) {
+    return plan.rows > 0 && tensors[t].storage == Storage::kArena && tensors[t].keep && tensors[t].batched;
+  };
+  if (plan.rows > 0) {
+    std::vector<bool> written(nt, false);
+    for (const Node& n : nodes)
+      for (TensorId t : n.out)
+        if (t != kNoTensor) written[static_cast<size_t>(t)] = true;
+    for (size_t t = 0; t < nt; ++t)
+      if (is_result(t) && written[t]) {
+        plan.kept_offsets[t] = plan.kept_bytes;
+        plan.kept_bytes += aligned(tensors[t].bytes());
+      }
+  }
 
   // Liveness of each arena tensor: from the first node that writes it to the last that
   // touches it; kept tensors live to the end of the run.
-  auto is_arena = [&](TensorId t) { return t != kNoTensor && tensors[static_cast<size_t>(t)].storage == Storage::kArena; };
+  auto is_arena = [&](TensorId t) {
+    return t != kNoTensor && tensors[static_cast<size_t>(t)].storage == Storage::kArena && !is_result(static_cast<size_t>(t));
+  };
   auto touch = [&](TensorId t, int64_t i) {
     if (!is_arena(t)) return;
     auto& f = plan.first_use[static_cast<size_t>(t)];
@@ -44,6 +69,13 @@ MemoryPlan plan_memory(const Graph& g) {
   }
   for (size_t t = 0; t < nt; ++t)
     if (plan.first_use[t] >= 0 && tensors[t].keep) plan.last_use[t] = end;
+  // A chunked run computes the graph's unbatched prefix once and then runs the rest chunk by
+  // chunk: what the prefix writes for the rest lives until the last chunk is done.
+  if (plan.rows > 0) {
+    const int64_t prefix = static_cast<int64_t>(g.unbatched_prefix());
+    for (size_t t = 0; t < nt; ++t)
+      if (plan.first_use[t] >= 0 && plan.first_use[t] < prefix && plan.last_use[t] >= prefix) plan.last_use[t] = end;
+  }
 
   // One block per buffer; in-place outputs join their input's block.
   std::vector<int> block_of(nt, -1);
@@ -52,7 +84,7 @@ MemoryPlan plan_memory(const Graph& g) {
   for (size_t t = 0; t < nt; ++t) {
     if (plan.first_use[t] < 0) continue;
     block_of[t] = static_cast<int>(blocks.size());
-    blocks.push_back({aligned(tensors[t].bytes()), plan.first_use[t], plan.last_use[t], -1});
+    blocks.push_back({aligned(plan.bytes(g, static_cast<TensorId>(t))), plan.first_use[t], plan.last_use[t], -1});
   }
   for (int64_t i = 0; i < end; ++i) {
     const Node& n = nodes[static_cast<size_t>(i)];
@@ -62,7 +94,9 @@ MemoryPlan plan_memory(const Graph& g) {
     for (TensorId in : n.in) {
       if (!is_arena(in) || in == o || tensors[static_cast<size_t>(in)].keep) continue;
       Block& bi = blocks[static_cast<size_t>(block_of[static_cast<size_t>(in)])];
-      if (bi.last != i || tensors[static_cast<size_t>(in)].bytes() != tensors[static_cast<size_t>(o)].bytes()) continue;
+      if (bi.last != i || tensors[static_cast<size_t>(in)].bytes() != tensors[static_cast<size_t>(o)].bytes() ||
+          plan.bytes(g, in) != plan.bytes(g, o))
+        continue;
       Block& bo = blocks[static_cast<size_t>(block_of[static_cast<size_t>(o)])];
       bi.last = std::max(bi.last, bo.last);
       bo.size = 0;  // retired: the output lives in the input's buffer
@@ -125,11 +159,11 @@ void check_plan(const Graph& g, const MemoryPlan& plan) {
     if (plan.offsets[t] >= 0) arena.push_back(t);
   for (size_t a = 0; a < arena.size(); ++a) {
     const size_t ta = arena[a];
-    const int64_t a0 = plan.offsets[ta], a1 = a0 + tensors[ta].bytes();
+    const int64_t a0 = plan.offsets[ta], a1 = a0 + plan.bytes(g, static_cast<TensorId>(ta));
     if (a1 > plan.arena_bytes) throw Error("plan: " + g.describe(static_cast<TensorId>(ta)) + " runs past the arena");
     for (size_t b = a + 1; b < arena.size(); ++b) {
       const size_t tb = arena[b];
-      const int64_t b0 = plan.offsets[tb], b1 = b0 + tensors[tb].bytes();
+      const int64_t b0 = plan.offsets[tb], b1 = b0 + plan.bytes(g, static_cast<TensorId>(tb));
       if (plan.buffer[ta] == plan.buffer[tb]) continue;  // an in-place pair sharing one buffer
       const bool time = plan.first_use[ta] <= plan.last_use[tb] && plan.first_use[tb] <= plan.last_use[ta];
       const bool space = a0 < b1 && b0 < a1;

@@ -104,9 +104,12 @@ Model build_model(const ModelConfig& c, int64_t max_batch, bool with_backward) {
     m.logits = head(h);
   }
   g.keep(m.logits);
-  m.loss = cross_entropy(m.logits, m.targets);
-  if (with_backward) g.backward(m.loss);
-  else g.optimize_for_inference();  // the loss is not kept: an inference graph does not compute it
+  if (with_backward) {
+    m.loss = cross_entropy(m.logits, m.targets);
+    g.backward(m.loss);
+  } else {
+    g.optimize_for_inference();  // no loss: an inference graph does not compute one
+  }
   return m;
 }
 

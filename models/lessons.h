@@ -67,7 +67,7 @@ struct Model {
   std::unique_ptr<Graph> graph;
   Tensor ids, targets;  // int32 [batch, T]
   Tensor logits;        // [batch, T, classes], kept
-  Tensor loss;          // mean cross-entropy
+  Tensor loss;          // mean cross-entropy (training graphs only: invalid without backward)
   std::vector<MultiHeadAttention> attention;  // one per layer; attention[l].attn() = maps
 };
 

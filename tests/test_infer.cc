@@ -1,15 +1,19 @@
 // attnkit infer --data and eval --data: every input format, the files numpy reads back, the
 // stdin mode, errors that name the file and leave nothing behind, memory that does not grow
 // with N, and predictions equal to those of the training graph's forward (attnkit::Predictor).
-#include <unistd.h>
+#include "allocation_counter.h"  // first: it replaces operator new for this program
 
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <cmath>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "cli_test_util.h"
+#include "engine/executor.h"
 #include "engine/npy.h"
 #include "engine/npz.h"
 #include "engine/rng.h"
@@ -25,11 +29,11 @@ using attnkit::NpyArray;
 fs::path scratch(const std::string& name) { return cli_scratch("test_infer_tmp", name); }
 
 // A trained neighbor-sum run, shared by the cases (trained once per test program).
-// Each test process trains its own (CTest runs the cases as parallel processes, and one
-// process's fresh scratch folder must not pull the checkpoint from under another's).
 const fs::path& trained_run() {
   static const fs::path run = [] {
-    const fs::path dir = scratch("trained-" + std::to_string(::getpid()));
+    // One folder per test process: CTest runs the cases of this program in parallel, and each
+    // would otherwise remove the run another is reading.
+    const fs::path dir = scratch("trained_" + std::to_string(getpid()));
     REQUIRE(run_cli({"train", "neighbor-sum", "--epochs", "3", "--quiet", "--no-pictures", "--out", (dir / "run").string()},
                     dir, "train") == 0);
     return dir / "run";
@@ -45,7 +49,130 @@ void sequences(int64_t n, std::vector<int32_t>* x, std::vector<int32_t>* y, uint
   *x = d.x, *y = d.y;
 }
 
+// The configurations the inference folds are checked on: the lessons, two causal layers, and
+// pre-LayerNorm blocks with MLPs (small sizes of reversal-large's kind).
+std::vector<attnkit::ModelConfig> inference_configs() {
+  std::vector<attnkit::ModelConfig> out;
+  for (const char* t : {"neighbor-sum", "duplicates", "reversal", "induction"}) out.push_back(attnkit::lesson_config(t));
+  attnkit::ModelConfig big = attnkit::lesson_config("reversal-large");
+  big.vocab = big.classes = 12, big.seq_len = 12, big.d_model = 32, big.block_mlp = 64, big.heads = 2;
+  out.push_back(big);
+  return out;
+}
+
+// Random valid tokens for n sequences of c.
+std::vector<int32_t> random_tokens(const attnkit::ModelConfig& c, int64_t n, uint64_t seed) {
+  attnkit::Rng rng(seed);
+  std::vector<int32_t> x(static_cast<size_t>(n * c.seq_len));
+  for (auto& v : x) v = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(c.vocab));
+  return x;
+}
+
+// Runs ex's graph on n sequences; returns the logits and every layer's maps, concatenated.
+std::vector<float> run_forward(attnkit::Executor& ex, const attnkit::Model& m, const std::vector<int32_t>& x, int64_t n) {
+  const attnkit::ModelConfig& c = m.config;
+  ex.set_batch(n);
+  std::copy(x.begin(), x.begin() + n * c.seq_len, ex.i32(m.ids.id()));
+  std::fill(ex.i32(m.targets.id()), ex.i32(m.targets.id()) + n * c.seq_len, -1);
+  ex.forward();
+  const float* logits = ex.f32(m.logits.id());
+  std::vector<float> out(logits, logits + n * c.seq_len * c.classes);
+  for (const auto& a : m.attention) {
+    const float* w = ex.f32(a.attn().id());
+    out.insert(out.end(), w, w + n * c.heads * c.seq_len * c.seq_len);
+  }
+  return out;
+}
+
 }  // namespace
+
+TEST_CASE("inference graphs fold lookups and fuse ReLUs and give the training graph's forward results") {
+  for (const attnkit::ModelConfig& c : inference_configs()) {
+    INFO(c.task << " layers " << c.layers);
+    const int64_t n = 37;
+    const attnkit::Model train = attnkit::build_model(c, n, /*with_backward=*/true);
+    const attnkit::Model infer = attnkit::build_model(c, n, /*with_backward=*/false);
+    attnkit::Executor te(*train.graph, {1, 5}), ie(*infer.graph, {1, 5});
+    REQUIRE(te.param_count() == ie.param_count());
+    const std::vector<int32_t> x = random_tokens(c, n, 11);
+    const std::vector<float> a = run_forward(te, train, x, n), b = run_forward(ie, infer, x, n);
+    REQUIRE(a.size() == b.size());
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(double(a[i]) - b[i]) / (1.0 + std::abs(a[i])));
+    CHECK(worst < 2e-5);
+    // No loss, no separate ReLU or residual sum after a product, lookups with their addends.
+    for (const attnkit::Node& node : infer.graph->nodes()) {
+      CHECK(node.op != attnkit::OpKind::kCrossEntropy);
+      if (node.op == attnkit::OpKind::kRelu) {
+        const int64_t p = infer.graph->producer(node.in[0]);
+        CHECK((p >= 0 && infer.graph->nodes()[static_cast<size_t>(p)].op != attnkit::OpKind::kLinear));
+      }
+      if (node.op == attnkit::OpKind::kAdd) {
+        const int64_t p = infer.graph->producer(node.in[0]);
+        CHECK_FALSE((p >= 0 && infer.graph->nodes()[static_cast<size_t>(p)].op == attnkit::OpKind::kEmbedding &&
+                     !infer.graph->tensor(node.in[1]).batched));
+      }
+    }
+    // One-head attention whose output feeds a Linear mixes projected values instead.
+    if (c.heads == 1 && c.layers == 1)
+      for (const attnkit::Node& node : infer.graph->nodes()) {
+        if (node.op != attnkit::OpKind::kLinear) continue;
+        const int64_t p = infer.graph->producer(node.in[0]);
+        const bool from_attention = p >= 0 && infer.graph->nodes()[static_cast<size_t>(p)].op == attnkit::OpKind::kAttention;
+        CHECK_FALSE(from_attention);
+      }
+    // The weights-only nodes come first.
+    const size_t prefix = infer.graph->unbatched_prefix();
+    for (size_t i = prefix; i < infer.graph->nodes().size(); ++i) {
+      bool batched = false;
+      for (attnkit::TensorId t : infer.graph->nodes()[i].out) batched = batched || infer.graph->tensor(t).batched;
+      CHECK(batched);
+    }
+  }
+}
+
+TEST_CASE("large batches run in chunks of rows with the whole batch's results and a chunk-sized arena") {
+  for (const attnkit::ModelConfig& c : inference_configs()) {
+    INFO(c.task << " layers " << c.layers);
+    const int64_t n = 700;
+    const attnkit::Model m = attnkit::build_model(c, n, /*with_backward=*/false);
+    attnkit::ExecutorOptions whole{1, 5}, chunked{1, 5};
+    whole.chunk_bytes = 0;
+    chunked.chunk_bytes = 64 * 1024;
+    attnkit::Executor a(*m.graph, whole), b(*m.graph, chunked);
+    attnkit::ExecutorOptions two = chunked;
+    two.threads = 2;
+    two.adaptive_threads = false;
+    attnkit::Executor b2(*m.graph, two);
+    CHECK(a.chunk_rows() == 0);
+    REQUIRE(b.chunk_rows() > 0);
+    REQUIRE(b.chunk_rows() < n);
+    INFO("chunk rows " << b.chunk_rows());
+    CHECK(b.plan().arena_bytes * 4 < a.plan().arena_bytes);
+    attnkit::check_plan(*m.graph, b.plan());
+    const std::vector<int32_t> x = random_tokens(c, n, 17);
+    for (int64_t rows : {n, int64_t{333}, b.chunk_rows(), b.chunk_rows() + 1, int64_t{1}}) {
+      INFO("batch " << rows);
+      const std::vector<float> ra = run_forward(a, m, x, rows);
+      CHECK(run_forward(b, m, x, rows) == ra);   // bitwise: each row is computed the same way
+      CHECK(run_forward(b2, m, x, rows) == ra);  // and on 2 threads
+    }
+    // A steady-state chunked run allocates nothing.
+    run_forward(b, m, x, n);
+    b.set_batch(n);
+    const long before = g_allocations.load();
+    for (int k = 0; k < 3; ++k) b.forward();
+    const long allocations = g_allocations.load() - before;
+    CHECK(allocations == 0);
+    // A bad token names its sequence and position, also when it is in a later chunk.
+    std::vector<int32_t> bad = x;
+    bad[static_cast<size_t>(650 * c.seq_len + 3)] = static_cast<int32_t>(c.vocab);
+    b.set_batch(n);
+    std::copy(bad.begin(), bad.end(), b.i32(m.ids.id()));
+    CHECK_THROWS_WITH(b.forward(), Catch::Contains("input 'ids', sequence 650, position 3: value " +
+                                                   std::to_string(c.vocab) + " is outside"));
+  }
+}
 
 TEST_CASE("infer --data: npz and npy in, predictions logits attention rollout and metrics out, accuracy as eval") {
   const fs::path dir = scratch("formats");
@@ -200,6 +327,6 @@ TEST_CASE("Predictor answers as the training graph's forward does and allocates 
   CHECK(p.arena_bytes() < train_graph.executor().plan().arena_bytes);  // forward-only: no saved activations
   std::vector<int32_t> bad(x.begin(), x.begin() + 10);
   bad[7] = 99;
-  CHECK_THROWS_WITH(q.predict(bad.data(), 1), Catch::Contains("sequence 0, position 7: token 99 is outside"));
+  CHECK_THROWS_WITH(q.predict(bad.data(), 1), Catch::Contains("input 'ids', sequence 0, position 7: value 99 is outside [0, 10)"));
   CHECK_THROWS_WITH(q.predict(x.data(), 65), Catch::Contains("expected 1 to 64"));
 }

@@ -129,7 +129,17 @@ int run_infer_data(const InferArgs& a) {
         ++acc.total;
         acc.correct += r.predictions[i] == y;
       }
-      for (int64_t s = 0; s < n && attention; ++s) {
+      if (attention && L == 1) {  // the batch's maps [n, heads, T, T] are in file order: append runs of them
+        const int64_t per = H * T * T;
+        if (all) attention->append(r.attention[0], n * per);
+        while (!all && next_chosen < chosen.size() && chosen[next_chosen] < start + n) {
+          const int64_t first = chosen[next_chosen] - start;
+          int64_t end = first + 1;
+          for (++next_chosen; next_chosen < chosen.size() && chosen[next_chosen] == start + end; ++next_chosen) ++end;
+          attention->append(r.attention[0] + first * per, (end - first) * per);
+        }
+      }
+      for (int64_t s = 0; s < n && attention && L > 1; ++s) {  // [layers, heads, T, T] per sequence
         if (!all) {
           if (next_chosen >= chosen.size() || chosen[next_chosen] != start + s) continue;
           ++next_chosen;
