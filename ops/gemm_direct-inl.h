@@ -14,6 +14,7 @@
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "ops/gemm_small-inl.h"  // GemmSmall (AVX-512)
 #include "ops/gemm_tile-inl.h"  // DF, VF, GemmArgs, tiles, ForEachRowTile
 #include "ops/ops_simd-inl.h"   // TransposeBlock8x8
 
@@ -288,6 +289,21 @@ inline void GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
     b = panel + pad;
     ldb = width;
   }
+#if ATTNKIT_HAVE_SMALL_GEMM
+  // Short k (dx = dy·Wᵀ of a narrow layer) or at most one vector of columns: the small path's
+  // tiles over all the rows, 10 to 12 rows of C in registers, op(B) read from b (the panel
+  // of a transposed B). The same values as DirectBlock's.
+  if (!g.bias && g.k <= 256 && (g.k <= 16 || j1 - j0 <= lanes)) {
+    GemmArgs gs = g;
+    gs.trans_b = false;
+    gs.b = b;
+    gs.ldb = ldb;
+    gs.c = g.c + j0;
+    for (int64_t j = 0; j < j1 - j0; j += 2 * lanes)
+      GemmSmall(gs, i0, i1, j, std::min(j1 - j0, j + 2 * lanes));
+    return;
+  }
+#endif
   if (DirectChunked(g.k, j1 - j0, lanes)) {
     GemmDirectChunked(d, g, b, ldb, i0, i1, j0, j1);
     return;
