@@ -203,10 +203,12 @@ template <class D, int NV, bool kTransA, bool kTransB>
 HWY_INLINE void SmallRows(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64_t j,
                           int64_t cols) {
   constexpr int kMax = static_cast<int>(NV == 1 ? kSmallRows1 : kSmallRows2);
-  const int64_t tiles = (i1 - i0 + kMax - 1) / kMax;
+  const int64_t m = i1 - i0, tiles = (m + kMax - 1) / kMax;
+  // The first m % tiles tiles one row taller (one division per block, none for one tile).
+  const int64_t base = tiles == 1 ? m : m / tiles, taller = tiles == 1 ? 0 : m % tiles;
   int64_t i = i0;
-  for (int64_t t = tiles; t > 0; --t) {
-    const int64_t rows = (i1 - i + t - 1) / t;
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t rows = base + (t < taller ? 1 : 0);
     WithRows<kMax>(rows, [&](auto r_tag) {
       constexpr int R = decltype(r_tag)::value;
       if constexpr (kTransB) {
