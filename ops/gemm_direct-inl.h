@@ -12,7 +12,9 @@
 
 #include <algorithm>
 
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "ops/gemm_small-inl.h"  // GemmSmall (AVX-512)
 #include "ops/gemm_tile-inl.h"  // DF, VF, GemmArgs, tiles, ForEachRowTile
 #include "ops/ops_simd-inl.h"   // TransposeBlock8x8
 
@@ -287,6 +289,21 @@ inline void GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
     b = panel + pad;
     ldb = width;
   }
+#if ATTNKIT_HAVE_SMALL_GEMM
+  // Short k (dx = dy·Wᵀ of a narrow layer) or at most one vector of columns: the small path's
+  // tiles over all the rows, 10 to 12 rows of C in registers, op(B) read from b (the panel
+  // of a transposed B). The same values as DirectBlock's.
+  if (!g.bias && g.k <= 256 && (g.k <= 16 || j1 - j0 <= lanes)) {
+    GemmArgs gs = g;
+    gs.trans_b = false;
+    gs.b = b;
+    gs.ldb = ldb;
+    gs.c = g.c + j0;
+    for (int64_t j = 0; j < j1 - j0; j += 2 * lanes)
+      GemmSmall(gs, i0, i1, j, std::min(j1 - j0, j + 2 * lanes));
+    return;
+  }
+#endif
   if (DirectChunked(g.k, j1 - j0, lanes)) {
     GemmDirectChunked(d, g, b, ldb, i0, i1, j0, j1);
     return;
@@ -353,6 +370,47 @@ HWY_INLINE void SwappedTile(DF d, const GemmArgs& g, int64_t j, const float* x, 
   }
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// SwappedTile over four whole vectors of Cᵀ columns (rows i..i+4V of C) at once: 4·R FMA
+// chains instead of 2·R, enough to cover the FMA latency when C has one or two columns
+// (R = 1, 2: dW of a 2-class head). The same chains and stores as SwappedTile's.
+template <int R>
+HWY_INLINE void SwappedTile4(DF d, const GemmArgs& g, int64_t j, const float* x, int64_t ldx,
+                             int64_t i0, int64_t i) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t ar = g.trans_b ? g.ldb : 1, ak = g.trans_b ? 1 : g.ldb;
+  const float* HWY_RESTRICT a = g.b + j * ar;
+  const float* HWY_RESTRICT xb = x + (i - i0);
+  VF acc0[R], acc1[R], acc2[R], acc3[R];  // locals: they stay in registers over k
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = acc2[r] = acc3[r] = hn::Zero(d);
+#pragma GCC unroll 2
+  for (int64_t kk = 0; kk < g.k; ++kk) {
+    const float* HWY_RESTRICT xr = xb + kk * ldx;
+    const VF x0 = hn::LoadU(d, xr), x1 = hn::LoadU(d, xr + lanes);
+    const VF x2 = hn::LoadU(d, xr + 2 * lanes), x3 = hn::LoadU(d, xr + 3 * lanes);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const VF av = hn::Set(d, a[r * ar + kk * ak]);
+      acc0[r] = hn::MulAdd(av, x0, acc0[r]);
+      acc1[r] = hn::MulAdd(av, x1, acc1[r]);
+      acc2[r] = hn::MulAdd(av, x2, acc2[r]);
+      acc3[r] = hn::MulAdd(av, x3, acc3[r]);
+    }
+  }
+  VF lo[kMR][2], hi[kMR][2];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    lo[r][0] = acc0[r], lo[r][1] = acc1[r];
+    hi[r][0] = acc2[r], hi[r][1] = acc3[r];
+  }
+  StoreSwapped<R>(d, g, lo, 0, j, i, 0, lanes);
+  StoreSwapped<R>(d, g, lo, 1, j, i + lanes, 0, lanes);
+  StoreSwapped<R>(d, g, hi, 0, j, i + 2 * lanes, 0, lanes);
+  StoreSwapped<R>(d, g, hi, 1, j, i + 3 * lanes, 0, lanes);
+}
+#endif
+
 inline void GemmSwapped(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), nr = 2 * lanes;
@@ -368,7 +426,19 @@ inline void GemmSwapped(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, i
     x = panel;
     ldx = lanes;
   }
-  for (int64_t i = i0; i < i1; i += nr) {
+  int64_t i = i0;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if (j1 - j0 <= 2 && !narrow) {  // one or two columns: four vectors of rows at a time
+    for (; i + 2 * nr <= i1; i += 2 * nr) {
+      if (j1 - j0 == 2) {
+        SwappedTile4<2>(d, g, j0, x, ldx, i0, i);
+      } else {
+        SwappedTile4<1>(d, g, j0, x, ldx, i0, i);
+      }
+    }
+  }
+#endif
+  for (; i < i1; i += nr) {
     int64_t j = j0;
     for (; j + kMR <= j1; j += kMR) SwappedTile<6>(d, g, j, x, ldx, i0, i, i1, narrow);
     switch (j1 - j) {
@@ -438,6 +508,101 @@ HWY_INLINE void DotColumns(DF d, const GemmArgs& g, int64_t i0, int64_t i1, int6
   for (; i < i1; ++i) DotTile<1, NJ>(d, g, i, j0, bt, kv);
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// AVX-512: the dot products of 16 / NJ rows (all NJ columns) at a time, their 16 accumulators
+// reduced together by a tree of ConcatEven / ConcatOdd pair sums (four levels of adjacent-lane
+// sums, 15 pair steps in all, instead of 16 separate SumOfLanes). Each accumulator's lanes go
+// through the same tree whatever shares the vectors with it, so an element's value depends
+// only on the shape (rows past `rows` are zeros, their lanes never stored).
+// Lane r·NJ + j of the result holds C[i + r, j0 + j].
+HWY_INLINE VF DotPairSum(DF d, VF x, VF y) {
+  return hn::Add(hn::ConcatEven(d, y, x), hn::ConcatOdd(d, y, x));
+}
+
+template <int NJ>
+HWY_INLINE void DotTile16(DF d, const GemmArgs& g, int64_t i, int64_t rows, int64_t j0,
+                          const float* bt, int64_t kv, const float* bias_lanes) {
+  static_assert(hn::MaxLanes(DF()) == 16, "16 lanes: one tree over 16 accumulators");
+  constexpr int R = 16 / NJ;
+  const int64_t lanes = 16, lda = g.lda;
+  const float* ar[R];
+  for (int r = 0; r < R; ++r) ar[r] = g.a + (i + std::min<int64_t>(r, rows - 1)) * lda;
+  VF acc[16];
+#pragma GCC unroll 16
+  for (int q = 0; q < 16; ++q) acc[q] = hn::Zero(d);
+  int64_t kk = 0;
+  for (; kk + lanes <= g.k; kk += lanes) {
+    VF bv[NJ];
+#pragma GCC unroll 4
+    for (int j = 0; j < NJ; ++j) bv[j] = hn::Load(d, bt + j * kv + kk);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      // The rows two tiles on (A streams from L2: the prefetchers alone leave it waiting).
+      hwy::Prefetch(ar[r] + 2 * R * lda + kk);
+      VF av = hn::LoadU(d, ar[r] + kk);
+      // One load for the NJ FMAs (the compiler would fold it into each of them: NJ loads, and
+      // loads are what this loop is short of).
+      asm("" : "+v"(av.raw));
+#pragma GCC unroll 4
+      for (int j = 0; j < NJ; ++j) acc[r * NJ + j] = hn::MulAdd(av, bv[j], acc[r * NJ + j]);
+    }
+  }
+  if (kk < g.k) {  // bt is zero past k, so the zeros of the masked A loads add nothing
+    const auto m = hn::FirstN(d, static_cast<size_t>(g.k - kk));
+    VF bv[NJ];
+#pragma GCC unroll 4
+    for (int j = 0; j < NJ; ++j) bv[j] = hn::Load(d, bt + j * kv + kk);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const VF av = hn::MaskedLoad(m, d, ar[r] + kk);
+#pragma GCC unroll 4
+      for (int j = 0; j < NJ; ++j) acc[r * NJ + j] = hn::MulAdd(av, bv[j], acc[r * NJ + j]);
+    }
+  }
+  VF s8[8], s4[4], s2[2];
+#pragma GCC unroll 8
+  for (int q = 0; q < 8; ++q) s8[q] = DotPairSum(d, acc[2 * q], acc[2 * q + 1]);
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) s4[q] = DotPairSum(d, s8[2 * q], s8[2 * q + 1]);
+  s2[0] = DotPairSum(d, s4[0], s4[1]);
+  s2[1] = DotPairSum(d, s4[2], s4[3]);
+  const VF sum = DotPairSum(d, s2[0], s2[1]);
+  const size_t count = static_cast<size_t>(rows * NJ);
+  const auto mc = hn::FirstN(d, count);
+  const Combine combine = FirstCombine(g.beta);
+  const bool read = combine != Combine::kOverwrite, has_bias = bias_lanes != nullptr;
+  const VF va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
+  const VF bv = has_bias ? hn::Load(d, bias_lanes) : hn::Zero(d);
+  float* c = g.c + i * g.ldc + j0;
+  if (g.ldc == NJ) {  // the rows' elements are contiguous
+    const VF old = read ? hn::MaskedLoad(mc, d, c) : hn::Zero(d);
+    hn::BlendedStore(CombineBias(d, sum, va, vb, old, combine, has_bias, bv), mc, d, c);
+    return;
+  }
+  HWY_ALIGN float buf[16] = {};
+  if (read) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int j = 0; j < NJ; ++j) buf[r * NJ + j] = c[r * g.ldc + j];
+  }
+  hn::Store(CombineBias(d, sum, va, vb, hn::Load(d, buf), combine, has_bias, bv), d, buf);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int j = 0; j < NJ; ++j) c[r * g.ldc + j] = buf[r * NJ + j];
+}
+
+template <int NJ>
+HWY_INLINE void DotColumns16(DF d, const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0,
+                             const float* bt, int64_t kv) {
+  constexpr int R = 16 / NJ;
+  HWY_ALIGN float bias_lanes[16] = {};  // lane r·NJ + j: bias[j0 + j]
+  if (g.bias) {
+    for (int q = 0; q < R * NJ; ++q) bias_lanes[q] = g.bias[j0 + q % NJ];
+  }
+  for (int64_t i = i0; i < i1; i += R)
+    DotTile16<NJ>(d, g, i, std::min<int64_t>(R, i1 - i), j0, bt, kv,
+                  g.bias ? bias_lanes : nullptr);
+}
+#endif
+
 inline void GemmDot(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
@@ -453,6 +618,16 @@ inline void GemmDot(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64
     }
     for (int64_t kk = g.k; kk < kv; ++kk) row[kk] = 0.0f;
   }
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  switch (j1 - j0) {
+    case 1: DotColumns16<1>(d, g, i0, i1, j0, bt, kv); break;
+    case 2: DotColumns16<2>(d, g, i0, i1, j0, bt, kv); break;
+    case 3: DotColumns16<3>(d, g, i0, i1, j0, bt, kv); break;
+    case 4: DotColumns16<4>(d, g, i0, i1, j0, bt, kv); break;
+    default: break;
+  }
+  return;
+#endif
   switch (j1 - j0) {
     case 1: DotColumns<1>(d, g, i0, i1, j0, bt, kv); break;
     case 2: DotColumns<2>(d, g, i0, i1, j0, bt, kv); break;

@@ -8,7 +8,8 @@
 
 // The kernels are split by concept: ops/gemm_tile-inl.h (arguments, blocking, micro-tile,
 // stores, epilogue), ops/gemm_direct-inl.h (direct, swapped and dot paths) and
-// ops/gemm_packed-inl.h (packed, short-k and dynamic packed paths). This file holds the
+// ops/gemm_packed-inl.h (packed, short-k and dynamic packed paths) and ops/gemm_small-inl.h
+// (small products, C tile in registers, AVX-512). This file holds the
 // choice of path by shape and GemmBlock, which dispatches a block of C to that path.
 
 // Target-independent declarations (normal include guard).
@@ -63,6 +64,7 @@ inline bool use_dot_path(bool trans_a, int64_t n) { return !trans_a && n <= 4; }
 #include "hwy/highway.h"
 #include "ops/gemm_direct-inl.h"
 #include "ops/gemm_packed-inl.h"
+#include "ops/gemm_small-inl.h"
 #include "ops/gemm_tile-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -81,6 +83,10 @@ inline void GemmBlock(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int
   }
   if (gemm_detail::use_short_k_path(g.m, g.n, g.k)) {
     GemmShortK(g, i0, i1, j0, j1);
+#if ATTNKIT_HAVE_SMALL_GEMM
+  } else if (UseSmallPath(g, i0, i1, j0, j1)) {
+    GemmSmall(g, i0, i1, j0, j1);
+#endif
   } else if (gemm_detail::use_swapped_path(g.trans_a, g.m, g.n)) {
     GemmSwapped(g, i0, i1, j0, j1);
   } else if (gemm_detail::use_dot_path(g.trans_a, g.n)) {

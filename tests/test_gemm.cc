@@ -135,7 +135,8 @@ struct Shape {
 const std::vector<Shape> kLargeShapes = {
     {65, 127, 257}, {37, 29, 513}, {150, 40, 300}, {70, 520, 13}, {13, 2100, 9},
     {257, 300, 130}, {127, 96, 128}, {640, 10, 128}, {33, 65, 7}, {128, 10, 640},
-    {64, 2, 640}, {37, 5, 33}, {21, 12, 9}, {32, 32, 640}, {100, 48, 513}, {20, 64, 300}};
+    {64, 2, 640}, {37, 5, 33}, {21, 12, 9}, {32, 32, 640}, {100, 48, 513}, {20, 64, 300},
+    {97, 1, 50}, {200, 2, 33}, {640, 2, 64}, {70, 64, 2}};
 
 }  // namespace
 
@@ -655,4 +656,86 @@ TEST_CASE("force_simd_target moves every kernel to a lower target and back and r
   }
   attnkit::force_simd_target("");
   CHECK(std::string(attnkit::simd_target_name()) == best);
+}
+
+// The small-product path (AVX-512: C tile in registers, masked ragged vector, Bᵀ transposed in
+// registers) and the dot path (at most 4 columns, a tree reduction on AVX-512), at ragged sizes
+// on every target, against the reference and across slice counts (bitwise).
+TEST_CASE("small products and the dot path at ragged sizes match a double reference", "[gemm]") {
+  const std::vector<int64_t> ms = {1, 2, 3, 5, 7, 8, 9, 10, 11, 12, 13, 16, 17, 24, 25, 31, 33};
+  const std::vector<int64_t> ns = {1, 2, 3, 4, 5, 7, 8, 9, 10, 15, 16, 17, 24, 31, 32, 33};
+  const std::vector<int64_t> ks = {1, 2, 7, 8, 9, 10, 16, 17, 31, 33};
+  const std::vector<std::pair<float, float>> scalars = {{1, 0}, {1, 1}, {-0.5f, 1.5f}};
+  attnkit::test::for_each_simd_target([&](const std::string& target) {
+    uint32_t seed = 5000;
+    for (int trans = 0; trans < 4; ++trans)
+      for (int64_t m : ms)
+        for (int64_t n : ns)
+          for (int64_t k : ks) {
+            if ((m * 7 + n * 3 + k + trans) % 4 != 0) continue;  // thin the grid
+            const auto [alpha, beta] = scalars[seed % scalars.size()];
+            const int64_t pad = seed % 3 == 0 ? 0 : seed % 3 == 1 ? 3 : 40;
+            const Problem p = make_problem(trans & 1, trans & 2, m, n, k, alpha, beta, pad, seed);
+            ++seed;
+            INFO(target << " ta=" << (trans & 1) << " tb=" << (trans & 2) << " m=" << m
+                        << " n=" << n << " k=" << k << " beta=" << beta << " pad=" << pad);
+            const std::vector<float> one = run_slices(p, 1);
+            check_against_reference(p, one);
+            REQUIRE(bitwise_equal(one, run_sgemm(p)));
+            for (int count : {2, 3}) REQUIRE(bitwise_equal(one, run_slices(p, count)));
+            if (n <= 4) {  // the dot path's bias lanes
+              const std::vector<float> bias = random_bias(n, seed);
+              check_against_reference(p, run_bias_slices(p, bias.data(), 1), bias.data());
+            }
+          }
+  });
+}
+
+// The attention products of the lesson models (one sgemm_slice per (batch, head) over
+// interleaved heads, T = 8 / 10, head size 16 / 32): the small path's strided operands, C
+// columns of the other heads untouched.
+TEST_CASE("lesson-sized attention products over interleaved heads", "[gemm]") {
+  struct Model {
+    int64_t T, H, dh;
+  };
+  attnkit::test::for_each_simd_target([&](const std::string& target) {
+    for (const Model& md : {Model{10, 2, 16}, Model{10, 1, 32}, Model{8, 1, 32}, Model{9, 3, 24}}) {
+      const int64_t T = md.T, D = md.H * md.dh, dh = md.dh;
+      struct Case {
+        bool ta, tb;
+        int64_t m, n, k, lda, ldb;
+      };
+      for (const Case& cs : {Case{false, true, T, T, dh, D, D}, Case{false, false, T, dh, T, T, D},
+                             Case{true, false, T, dh, T, T, D}})
+        for (float beta : {0.0f, 1.0f})
+          for (int64_t h = 0; h < md.H; ++h) {
+            const int64_t ldc = cs.n == T ? T : D;
+            const int64_t c_off = ldc == D ? h * dh : 0;
+            Problem p = make_problem(cs.ta, cs.tb, cs.m, cs.n, cs.k, 1.0f, beta, 0, 77 + h);
+            // Re-lay the operands into head h of interleaved rows.
+            const int64_t a_rows = cs.ta ? cs.k : cs.m, b_rows = cs.tb ? cs.n : cs.k;
+            const int64_t a_off = cs.lda == D ? h * dh : 0, b_off = h * dh;
+            std::vector<float> a(a_rows * cs.lda, 7.0f), b(b_rows * cs.ldb, 7.0f),
+                c(cs.m * ldc, kSentinel);
+            for (int64_t r = 0; r < a_rows; ++r)
+              for (int64_t q = 0; q < p.lda; ++q) a[r * cs.lda + a_off + q] = p.a[r * p.lda + q];
+            for (int64_t r = 0; r < b_rows; ++r)
+              for (int64_t q = 0; q < p.ldb; ++q) b[r * cs.ldb + b_off + q] = p.b[r * p.ldb + q];
+            for (int64_t i = 0; i < cs.m; ++i)
+              for (int64_t j = 0; j < cs.n; ++j) c[i * ldc + c_off + j] = p.c[i * p.ldc + j];
+            std::vector<float> got = c;
+            attnkit::sgemm_slice(cs.ta, cs.tb, cs.m, cs.n, cs.k, 1.0f, a.data() + a_off, cs.lda,
+                                 b.data() + b_off, cs.ldb, beta, got.data() + c_off, ldc, Slice{});
+            std::vector<float> packed = p.c;
+            for (int64_t i = 0; i < cs.m; ++i)
+              for (int64_t j = 0; j < cs.n; ++j) packed[i * p.ldc + j] = got[i * ldc + c_off + j];
+            INFO(target << " T=" << T << " dh=" << dh << " ta=" << cs.ta << " tb=" << cs.tb
+                        << " beta=" << beta << " head=" << h);
+            check_against_reference(p, packed);
+            for (int64_t i = 0; i < cs.m; ++i)
+              for (int64_t j = 0; j < ldc; ++j)
+                if (j < c_off || j >= c_off + cs.n) REQUIRE(got[i * ldc + j] == kSentinel);
+          }
+    }
+  });
 }

@@ -1,0 +1,262 @@
+// Per-target small-product path, included through ops/gemm_kernels-inl.h: products whose
+// C block is at most a few rows by at most two vectors (the attention products of the lesson
+// models, T × T × dh and T × dh × T at T <= 16, dh <= 32), computed with the whole row tile of
+// C in registers, the ragged last vector under lane masks, and op(B) of a transposed B
+// transposed 8 × 8 in registers (no panel in memory). AVX-512 only (masked loads and stores
+// are single fast instructions there); the other targets keep the direct path.
+//
+// Each element is the same FMA chain over k in increasing order, from zero, and the same
+// write-back (CombineVec) as the direct path's, so the values are bitwise the direct path's:
+// which of the two computes a block never changes a bit.
+
+// Per-target part: toggled include guard, as Highway's foreach_target.h requires.
+#if defined(ATTNKIT_OPS_GEMM_SMALL_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTNKIT_OPS_GEMM_SMALL_INL_H_
+#undef ATTNKIT_OPS_GEMM_SMALL_INL_H_
+#else
+#define ATTNKIT_OPS_GEMM_SMALL_INL_H_
+#endif
+
+#include <algorithm>
+#include <type_traits>
+
+#include "hwy/highway.h"
+#include "ops/gemm_tile-inl.h"  // DF, VF, GemmArgs, CombineVec, FirstCombine
+#include "ops/ops_simd-inl.h"   // Transpose8x8
+
+HWY_BEFORE_NAMESPACE();
+namespace attnkit::HWY_NAMESPACE {
+
+#undef ATTNKIT_HAVE_SMALL_GEMM  // this file is included once per target
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && ATTNKIT_HAVE_TRANSPOSE8
+#define ATTNKIT_HAVE_SMALL_GEMM 1
+#else
+#define ATTNKIT_HAVE_SMALL_GEMM 0
+#endif
+
+// Most rows of C one small tile holds: R rows × NV vectors of accumulators stay in registers.
+inline constexpr int64_t kSmallRows1 = 12;  // one vector per row
+inline constexpr int64_t kSmallRows2 = 10;  // two vectors per row
+
+#if ATTNKIT_HAVE_SMALL_GEMM
+
+// Whether the small path computes block [i0, i1) × [j0, j1) of g: at most 24 rows, at most two
+// full vectors of columns (one when B is transposed), no bias (the products that have one are
+// a Linear's, with many rows).
+HWY_INLINE bool UseSmallPath(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(DF()));
+  const int64_t cols = j1 - j0;
+  return g.bias == nullptr && i1 - i0 <= 24 && cols >= 5 && g.k <= 256 &&
+         cols <= (g.trans_b ? lanes : 2 * lanes);
+}
+
+// p[lanes of m] = alpha·acc combined with C as CombineVec does (the direct path's write-back,
+// lane for lane); every lane when !kMasked. The vectors come by value: an accumulator array
+// whose address a store helper took would be spilled to the stack on every k step.
+template <bool kMasked, class D>
+HWY_INLINE void SmallStoreVec(D d, hn::Vec<D> acc, hn::Vec<D> va, hn::Vec<D> vb, Combine combine,
+                              hn::Mask<D> m, float* HWY_RESTRICT p) {
+  if (combine == Combine::kOverwrite) {  // C is not read
+    if constexpr (kMasked) {
+      hn::BlendedStore(hn::Mul(acc, va), m, d, p);
+    } else {
+      hn::StoreU(hn::Mul(acc, va), d, p);
+    }
+    return;
+  }
+  const hn::Vec<D> old = kMasked ? hn::MaskedLoad(m, d, p) : hn::LoadU(d, p);
+  if (combine == Combine::kAdd) {
+    if constexpr (kMasked) {
+      hn::BlendedStore(hn::MulAdd(acc, va, old), m, d, p);
+    } else {
+      hn::StoreU(hn::MulAdd(acc, va, old), d, p);
+    }
+  } else if constexpr (kMasked) {
+    hn::BlendedStore(hn::MulAdd(acc, va, hn::Mul(vb, old)), m, d, p);
+  } else {
+    hn::StoreU(hn::MulAdd(acc, va, hn::Mul(vb, old)), d, p);
+  }
+}
+
+// Rows i..i+R, columns j..j+cols (cols <= NV·Lanes(d), the last vector partial) of C, op(B) in
+// place (B not transposed): row kk of op(B) at b + kk·ldb.
+template <class D, int R, int NV, bool kTransA>
+HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t i, int64_t j, int64_t cols) {
+  static_assert(NV == 1 || NV == 2, "one or two vectors per row");
+  using V = hn::Vec<D>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t lda = g.lda, ldb = g.ldb, k = g.k;
+  // A(r, kk) = a[r·ar + kk·ak].
+  const float* HWY_RESTRICT a = g.a + (kTransA ? i : i * lda);
+  const float* HWY_RESTRICT b = g.b + j;
+  const auto mlast = hn::FirstN(d, static_cast<size_t>(cols - (NV - 1) * lanes));
+  V acc0[R], acc1[R];  // one-dimensional local arrays: they stay in registers
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = hn::Zero(d);
+#pragma GCC unroll 2
+  for (int64_t kk = 0; kk < k; ++kk) {
+    if constexpr (NV == 1) {
+      const V bv = hn::MaskedLoad(mlast, d, b);
+#pragma GCC unroll 12
+      for (int r = 0; r < R; ++r)
+        acc0[r] = hn::MulAdd(hn::Set(d, kTransA ? a[r] : a[r * lda]), bv, acc0[r]);
+    } else {
+      const V bv0 = hn::LoadU(d, b), bv1 = hn::MaskedLoad(mlast, d, b + lanes);
+#pragma GCC unroll 12
+      for (int r = 0; r < R; ++r) {
+        const V av = hn::Set(d, kTransA ? a[r] : a[r * lda]);
+        acc0[r] = hn::MulAdd(av, bv0, acc0[r]);
+        acc1[r] = hn::MulAdd(av, bv1, acc1[r]);
+      }
+    }
+    a += kTransA ? lda : 1;
+    b += ldb;
+  }
+  const V va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
+  const Combine combine = FirstCombine(g.beta);
+  float* HWY_RESTRICT c = g.c + i * g.ldc + j;
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) {
+    if constexpr (NV == 1) {
+      SmallStoreVec<true>(d, acc0[r], va, vb, combine, mlast, c + r * g.ldc);
+    } else {
+      SmallStoreVec<false>(d, acc0[r], va, vb, combine, mlast, c + r * g.ldc);
+      SmallStoreVec<true>(d, acc1[r], va, vb, combine, mlast, c + r * g.ldc + lanes);
+    }
+  }
+}
+
+// SmallTileNN for a transposed B (op(B)(kk, j) = b[j·ldb + kk], one vector of columns): each
+// chunk of 8 k-steps of the cols rows of B is transposed in 256-bit registers into the 8
+// vectors of op(B) rows it holds.
+template <class D, int R, bool kTransA>
+HWY_INLINE void SmallTileNT(D d, const GemmArgs& g, int64_t i, int64_t j, int64_t cols) {
+  using V = hn::Vec<D>;
+  const hn::Full256<float> d8;
+  constexpr int kBlocks = static_cast<int>(hn::MaxLanes(D()) / 8);  // 8-row blocks of B
+  static_assert(kBlocks == 1 || kBlocks == 2, "one or two 8-lane halves");
+  const int64_t lda = g.lda, ldb = g.ldb, k = g.k;
+  const float* HWY_RESTRICT a = g.a + (kTransA ? i : i * lda);
+  const float* HWY_RESTRICT b = g.b + j * ldb;
+  const auto mcols = hn::FirstN(d, static_cast<size_t>(cols));
+  // Rows of B past cols repeat the last one (their lanes are computed, never stored).
+  const float* rows[8 * kBlocks];
+  for (int q = 0; q < 8 * kBlocks; ++q) rows[q] = b + std::min<int64_t>(q, cols - 1) * ldb;
+  V acc[R];
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) acc[r] = hn::Zero(d);
+  for (int64_t k0 = 0; k0 < k; k0 += 8) {
+    const int64_t kc = std::min<int64_t>(8, k - k0);
+    V bt[8];  // bt[c]: row k0 + c of op(B)
+    {
+      const auto km = hn::FirstN(d8, static_cast<size_t>(kc));
+      V8 in[8], out0[8];
+      for (int q = 0; q < 8; ++q) in[q] = hn::MaskedLoad(km, d8, rows[q] + k0);
+      Transpose8x8(in, out0);
+      if constexpr (kBlocks == 2) {
+        V8 out1[8];
+        for (int q = 0; q < 8; ++q) in[q] = hn::MaskedLoad(km, d8, rows[8 + q] + k0);
+        Transpose8x8(in, out1);
+        for (int c = 0; c < 8; ++c) bt[c] = hn::Combine(d, out1[c], out0[c]);
+      } else {
+        for (int c = 0; c < 8; ++c) bt[c] = out0[c];
+      }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      if (c >= kc) break;
+#pragma GCC unroll 12
+      for (int r = 0; r < R; ++r) {
+        const V av = hn::Set(d, kTransA ? a[r] : a[r * lda]);
+        acc[r] = hn::MulAdd(av, bt[c], acc[r]);
+      }
+      a += kTransA ? lda : 1;
+    }
+  }
+  const V va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
+  const Combine combine = FirstCombine(g.beta);
+  float* HWY_RESTRICT c = g.c + i * g.ldc + j;
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) SmallStoreVec<true>(d, acc[r], va, vb, combine, mcols, c + r * g.ldc);
+}
+
+// Calls fn(std::integral_constant<int, R>()) for the runtime rows (1 <= rows <= kMax <= 12).
+template <int kMax, class Fn>
+HWY_INLINE void WithRows(int64_t rows, const Fn& fn) {
+  switch (rows) {
+#define ATTNKIT_SMALL_ROWS_CASE(R) \
+  case R:                          \
+    if constexpr (R <= kMax) fn(std::integral_constant<int, R>()); \
+    break;
+    ATTNKIT_SMALL_ROWS_CASE(1) ATTNKIT_SMALL_ROWS_CASE(2) ATTNKIT_SMALL_ROWS_CASE(3)
+    ATTNKIT_SMALL_ROWS_CASE(4) ATTNKIT_SMALL_ROWS_CASE(5) ATTNKIT_SMALL_ROWS_CASE(6)
+    ATTNKIT_SMALL_ROWS_CASE(7) ATTNKIT_SMALL_ROWS_CASE(8) ATTNKIT_SMALL_ROWS_CASE(9)
+    ATTNKIT_SMALL_ROWS_CASE(10) ATTNKIT_SMALL_ROWS_CASE(11) ATTNKIT_SMALL_ROWS_CASE(12)
+#undef ATTNKIT_SMALL_ROWS_CASE
+    default: break;
+  }
+}
+
+// Rows [i0, i1) in tiles of at most kMax rows, as even as possible (which tile a row falls in
+// changes none of its values).
+template <class D, int NV, bool kTransA, bool kTransB>
+HWY_INLINE void SmallRows(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64_t j,
+                          int64_t cols) {
+  constexpr int kMax = static_cast<int>(NV == 1 ? kSmallRows1 : kSmallRows2);
+  const int64_t m = i1 - i0, tiles = (m + kMax - 1) / kMax;
+  // The first m % tiles tiles one row taller (one division per block, none for one tile).
+  const int64_t base = tiles == 1 ? m : m / tiles, taller = tiles == 1 ? 0 : m % tiles;
+  int64_t i = i0;
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t rows = base + (t < taller ? 1 : 0);
+    WithRows<kMax>(rows, [&](auto r_tag) {
+      constexpr int R = decltype(r_tag)::value;
+      if constexpr (kTransB) {
+        SmallTileNT<D, R, kTransA>(d, g, i, j, cols);
+      } else {
+        SmallTileNN<D, R, NV, kTransA>(d, g, i, j, cols);
+      }
+    });
+    i += rows;
+  }
+}
+
+template <class D, int NV>
+HWY_INLINE void SmallBlock(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64_t j,
+                           int64_t cols) {
+  if (g.trans_b) {
+    if constexpr (NV == 1) {
+      if (g.trans_a) {
+        SmallRows<D, 1, true, true>(d, g, i0, i1, j, cols);
+      } else {
+        SmallRows<D, 1, false, true>(d, g, i0, i1, j, cols);
+      }
+    }
+  } else if (g.trans_a) {
+    SmallRows<D, NV, true, false>(d, g, i0, i1, j, cols);
+  } else {
+    SmallRows<D, NV, false, false>(d, g, i0, i1, j, cols);
+  }
+}
+
+// C[i0..i1, j0..j1] of g on the small path (UseSmallPath said so): 256-bit vectors for at
+// most 8 columns (twice the FMAs per cycle of 512-bit ones where those are split in two, as
+// on Zen 4), else one or two full vectors.
+inline void GemmSmall(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), cols = j1 - j0;
+  if (cols <= 8 && lanes > 8) {
+    SmallBlock<hn::Full256<float>, 1>(hn::Full256<float>(), g, i0, i1, j0, cols);
+  } else if (cols <= lanes) {
+    SmallBlock<DF, 1>(d, g, i0, i1, j0, cols);
+  } else {
+    SmallBlock<DF, 2>(d, g, i0, i1, j0, cols);
+  }
+}
+
+#endif  // ATTNKIT_HAVE_SMALL_GEMM
+
+}  // namespace attnkit::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // ATTNKIT_OPS_GEMM_SMALL_INL_H_
