@@ -1,6 +1,7 @@
 // The graph rewrites, all in one place. backward() runs them around differentiation:
-//   before: optimize_forward (folds projections of embedding lookups into the tables) and
-//           remove_dead_forward_nodes (drops forward nodes nothing kept or differentiated reads);
+//   before: optimize_forward (folds projections of embedding lookups into the tables),
+//           remove_dead_forward_nodes (drops forward nodes nothing kept or differentiated reads)
+//           and fold_attention_values (one-head (P·V)·W + b → P·(V·W + b), V·W on the tables);
 //   after:  fuse_elementwise (ReLUs and residual sums into the products next to them).
 // Each pass matches only the op patterns it names and leaves every other node as it is, so
 // graphs of primitive ops (engine/functional.h) stay correct through all of them.
