@@ -144,7 +144,7 @@ void require_close(const std::vector<float>& a, const std::vector<float>& b, dou
 
 TEST_CASE("a group of 2 or 3 ranks gives the single process's losses at the same global batch") {
   // 100 sequences in batches of 12: the last batch of 4 splits 2/2 or 1/1/2.
-  for (const std::string task : {"reversal", "neighbor-sum"}) {
+  for (const std::string task : {"reversal", "neighbor-sum", "duplicates", "induction"}) {
     const auto alone = train_group(task, 0, 100, 12, 4);
     REQUIRE(alone[0].error.empty());
     REQUIRE(alone[0].losses.size() == 36);
