@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "engine/error.h"
+#include "engine/hash.h"
 
 namespace attnkit {
 
@@ -54,8 +55,9 @@ std::string temporary_prefix(const std::string& path) {
   constexpr size_t kPidDigits = 10, kTmpLen = 5;  // ".tmp."
   const std::string base = base_name(path);
   if (base.size() + kTmpLen + kPidDigits <= NAME_MAX) return base + ".tmp.";
-  uint64_t hash = 14695981039346656037ull;
-  for (unsigned char c : base) hash = (hash ^ c) * 1099511628211ull;
+  Fnv1a fnv;
+  fnv.add(base.data(), base.size());
+  const uint64_t hash = fnv.h;
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
   const size_t keep = NAME_MAX - kPidDigits - kTmpLen - 16 - 1;

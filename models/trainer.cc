@@ -11,6 +11,7 @@
 
 #include "engine/checkpoint.h"
 #include "engine/error.h"
+#include "engine/hash.h"
 #include "ops/gemm.h"  // simd_target_name
 #include "ops/finite.h"
 
@@ -79,17 +80,8 @@ int64_t max_train_batch(const TrainerOptions& o, const TaskData& data) {
   return group ? std::max<int64_t>(1, (b + group->size() - 1) / group->size()) : b;
 }
 
-// FNV-1a, 64 bits: fingerprints of what the processes of a group must agree on.
-struct Fingerprint {
-  uint64_t h = 1469598103934665603ull;
-  void add(const void* p, size_t n) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  }
-  void add(const std::string& s) { add(s.data(), s.size() + 1); }
-  template <typename T>
-  void add(const std::vector<T>& v) { add(v.data(), v.size() * sizeof(T)); }
-};
+// Fingerprints of what the processes of a group must agree on.
+using Fingerprint = Fnv1a;
 
 // Rows [share_begin(n, k), share_begin(n, k + 1)) of a batch of n are process k's.
 int64_t share_begin(int64_t n, int k, int size) { return n * k / size; }

@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "engine/error.h"
+#include "engine/hash.h"
 #include "engine/executor.h"
 #include "engine/simd_target.h"
 #include "ops/gemm.h"
@@ -47,15 +48,11 @@ std::string version_text() {
 #endif
 }
 
-// FNV-1a of the arguments after the program's name: the ranks of a job must be started alike.
+// A hash of the arguments after the program's name: the ranks of a job must be started alike.
 uint64_t arguments_fingerprint(int argc, char** argv) {
-  uint64_t h = 1469598103934665603ull;
-  for (int i = 1; i < argc; ++i)
-    for (const char* p = argv[i];; ++p) {
-      h = (h ^ static_cast<unsigned char>(*p)) * 1099511628211ull;
-      if (!*p) break;
-    }
-  return h;
+  attnkit::Fnv1a h;
+  for (int i = 1; i < argc; ++i) h.add(std::string(argv[i]));
+  return h.h;
 }
 
 // Runs the parsed command; maps errors to exit codes (see the top of this file).
