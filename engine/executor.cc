@@ -25,6 +25,10 @@ namespace {
 bool runs_row_by_row(const Graph& g) {
   if (g.has_backward()) return false;
   for (const Node& n : g.nodes()) {
+    bool touches_batch = false;  // weights-only nodes (e.g. the folded value tables) do not see rows
+    for (const auto* list : {&n.in, &n.out, &n.scratch})
+      for (TensorId t : *list) touches_batch = touches_batch || (t != kNoTensor && g.tensor(t).batched);
+    if (!touches_batch) continue;
     switch (n.op) {
       case OpKind::kEmbedding: case OpKind::kLinear: case OpKind::kAdd: case OpKind::kRelu:
       case OpKind::kLayerNorm: case OpKind::kAttention: case OpKind::kAddBroadcast: case OpKind::kSub:

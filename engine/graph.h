@@ -29,6 +29,10 @@ struct ParamInfo {
 // Per-op settings. Each op reads the fields it needs.
 struct NodeAttrs {
   int64_t heads = 1;
+  // kAttention, inference only (Graph::fold_attention_values): the output is the sum of the
+  // heads' outputs, [B, Tq, Dv / heads]; with relu, max(·, 0) of it (and accumulate bit 0: of
+  // it plus the output's contents).
+  bool sum_heads = false;
   float scale = 1.0f;
   float eps = 1e-5f;
   bool causal = false;
@@ -194,12 +198,18 @@ class Graph {
   //   ReLU in its store, so the ReLU is no pass of its own;
   // - nodes that read and write no batched tensor (products of weights, projected tables)
   //   move to the front, so that a run in chunks of rows (Executor) computes them once.
-  // - a one-head attention's output used only by a Linear, (P·V)·W + b, becomes P·(V·W + b)
-  //   (softmax rows sum to 1) when V is a foldable lookup and that costs fewer products:
-  //   V·W + b is then a lookup of projected tables, and the product disappears;
+  // - an attention's output used only by a Linear, (P·V)·W + b = Σ_h P_h·(V_h·W_h) + b with
+  //   V_h head h's value columns and W_h the same rows of W, becomes Σ_h P_h·(V_h·W_h + [h = 0]·b)
+  //   (softmax rows sum to 1) when V is a foldable lookup and that costs fewer products: the
+  //   values [V_0·W_0 + b | V_1·W_1 | …] are then a lookup of projected tables, the product
+  //   disappears, and the attention adds up its heads' outputs (attrs.sum_heads);
   void fold_attention_values();
   void fold_lookup_addends();
   void fuse_residual_relu();
+  // - relu(y + r) (or y + r) with y a folded attention's output (sum_heads) and r a lookup
+  //   computed before it, each used only there: the lookup writes the output and the attention
+  //   adds its heads to it (accumulates), applying the ReLU in its last store.
+  void fuse_attention_addends();
   void hoist_unbatched_nodes();
 
   int64_t max_batch_;

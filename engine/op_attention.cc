@@ -35,7 +35,8 @@ void attention_build(Graph& g, Node& n) {
       shape_error(g, "attention", "the mask must be uint8 [batch, " + std::to_string(tq) + ", " +
                   std::to_string(tk) + "] (non-zero = forbidden)", {n.in[0], n.in[3]});
   }
-  n.out = {g.new_tensor("attention(" + q.name + ")", DType::kF32, {b, tq, v.shape[2]}, q.batched),
+  const int64_t width = n.attrs.sum_heads ? v.shape[2] / h : v.shape[2];
+  n.out = {g.new_tensor("attention(" + q.name + ")", DType::kF32, {b, tq, width}, q.batched),
            g.new_tensor("attention(" + q.name + ").probs", DType::kF32, {b, h, tq, tk}, q.batched)};
 }
 
@@ -52,6 +53,13 @@ Dims dims_of(const RunContext& c, const Node& n) {
 // For the fused short-sequence backward (ops/attention.h), which the backward node takes
 // when the dims fit it (the lessons' models), else the GEMM path below.
 AttentionDims short_dims(const Dims& m) { return {m.h, m.tq, m.tk, m.d, m.dv, m.dh, m.dvh}; }
+AttentionDims forward_dims(const Dims& m, const Node& n) {
+  AttentionDims d = short_dims(m);
+  d.sum_heads = n.attrs.sum_heads;
+  d.accumulate = n.accumulates(0);
+  d.relu = n.attrs.relu;
+  return d;
+}
 AttentionMasking masking(const RunContext& c, const Node& n, TensorId mask_id) {
   return {n.attrs.scale, mask_id != kNoTensor ? c.u8(mask_id) : nullptr, n.attrs.causal};
 }
@@ -81,8 +89,15 @@ void attention_run(const RunContext& c, const Node& n, Slice s) {
   const float *q = c.f32(n.in[0]), *k = c.f32(n.in[1]), *v = c.f32(n.in[2]);
   float *y = c.f32(n.out[0]), *probs = c.f32(n.out[1]);
   const AttentionMasking mk = masking(c, n, n.in[3]);
+  const AttentionDims d = forward_dims(m, n);
+  if (d.sum_heads) {  // whole batch entries: their heads add into the same rows
+    for_each_product_range(m.b, s, [&](int64_t b0, int64_t b1) {
+      attention_forward(q, k, v, probs, y, d, mk, b0 * m.h, b1 * m.h);
+    });
+    return;
+  }
   for_each_product_range(m.b * m.h, s, [&](int64_t p0, int64_t p1) {
-    attention_forward(q, k, v, probs, y, short_dims(m), mk, p0, p1);
+    attention_forward(q, k, v, probs, y, d, mk, p0, p1);
   });
 }
 
@@ -90,6 +105,8 @@ void attention_run(const RunContext& c, const Node& n, Slice s) {
 // [B, H, Tq, Tk]. dy is the gradient of the output, dprobs that of the attention weights (a
 // loss or regularizer on them); either may be absent. Without dy, V gets no gradient.
 void attention_differentiate(Autodiff& ad, const Node& n) {
+  if (n.attrs.sum_heads || n.attrs.relu || n.accumulate != 0)
+    throw Error("attention: a head-summed, ReLU'd or accumulating attention (an inference fold) has no backward");
   Node b;
   b.op = OpKind::kAttentionBackward;
   const TensorId dy = ad.grad(n.out[0]), dprobs = ad.grad(n.out[1]);

@@ -7,6 +7,7 @@
 // graphs of primitive ops (engine/functional.h) stay correct through all of them.
 #include <algorithm>
 
+#include "engine/functional.h"
 #include "engine/graph.h"
 #include "engine/op_table.h"
 #include "engine/passes.h"
@@ -18,6 +19,17 @@ Tensor plain_linear(Graph& g, TensorId x, const Tensor& w, const Tensor& b) {
 }
 
 namespace {
+
+// plain_linear per head block (see folded_linear): the bias goes with head 0's block.
+Tensor heads_linear(Graph& g, TensorId x, const Tensor& w, const Tensor& b, int64_t heads) {
+  if (heads == 1) return plain_linear(g, x, w, b);
+  const int64_t k = g.tensor(x).shape.last() / heads;
+  std::vector<Tensor> parts;
+  for (int64_t h = 0; h < heads; ++h)
+    parts.push_back(plain_linear(g, narrow(Tensor(&g, x), -1, h * k, k).id(), narrow(w, 0, h * k, k),
+                                 h == 0 ? b : Tensor()));
+  return concat(parts, -1);
+}
 
 // Rows the product x·W costs when folded into x's embedding tables (at most x's own rows).
 int64_t folded_rows(const Graph& g, TensorId x, int depth) {
@@ -37,12 +49,13 @@ int64_t folded_rows(const Graph& g, TensorId x, int depth) {
 
 }  // namespace
 
-Tensor folded_linear(Graph& g, TensorId x, const Tensor& w, const Tensor& b, int depth) {
-  if (folded_rows(g, x, depth) >= g.tensor(x).shape.rows()) return plain_linear(g, x, w, b);
+Tensor folded_linear(Graph& g, TensorId x, const Tensor& w, const Tensor& b, int depth, int64_t heads) {
+  if (folded_rows(g, x, depth) >= g.tensor(x).shape.rows()) return heads_linear(g, x, w, b, heads);
   const Node n = g.nodes()[static_cast<size_t>(g.producer(x))];  // a copy: apply() appends
   if (n.op == OpKind::kEmbedding) {  // table[ids]·W + b = (table·W + b)[ids] (+ addend·W)
-    const Tensor projected = plain_linear(g, n.in[0], w, b);
-    const TensorId addend = n.in[2] != kNoTensor ? folded_linear(g, n.in[2], w, Tensor(), depth + 1).id() : kNoTensor;
+    const Tensor projected = heads_linear(g, n.in[0], w, b, heads);
+    const TensorId addend =
+        n.in[2] != kNoTensor ? folded_linear(g, n.in[2], w, Tensor(), depth + 1, heads).id() : kNoTensor;
     return g.apply(OpKind::kEmbedding, {projected.id(), n.in[1], addend})[0];
   }
   // (a + c)·W + b = (a·W + b) + c·W; a is the full-shape operand, c may broadcast.
@@ -53,11 +66,11 @@ Tensor folded_linear(Graph& g, TensorId x, const Tensor& w, const Tensor& b, int
       folded_rows(g, n.in[0], depth + 1) < g.tensor(n.in[0]).shape.rows()) {
     // a = table[ids]: one lookup adds c·W on the way, (table·W + b)[ids] + c·W.
     const Node lookup = g.nodes()[static_cast<size_t>(pa)];
-    const Tensor projected = plain_linear(g, lookup.in[0], w, b);
-    const Tensor addend = folded_linear(g, n.in[1], w, Tensor(), depth + 1);
+    const Tensor projected = heads_linear(g, lookup.in[0], w, b, heads);
+    const Tensor addend = folded_linear(g, n.in[1], w, Tensor(), depth + 1, heads);
     return g.apply(OpKind::kEmbedding, {projected.id(), lookup.in[1], addend.id()})[0];
   }
-  return folded_linear(g, n.in[0], w, b, depth + 1) + folded_linear(g, n.in[1], w, Tensor(), depth + 1);
+  return folded_linear(g, n.in[0], w, b, depth + 1, heads) + folded_linear(g, n.in[1], w, Tensor(), depth + 1, heads);
 }
 
 void Graph::optimize_for_inference() {
@@ -69,6 +82,7 @@ void Graph::optimize_for_inference() {
   if (fuse_elementwise_) fuse_elementwise(kNoTensor);
   if (fold_embedding_projections_) fold_lookup_addends();
   if (fuse_elementwise_) fuse_residual_relu();
+  if (fuse_elementwise_) fuse_attention_addends();
   hoist_unbatched_nodes();
 }
 
@@ -106,19 +120,24 @@ void Graph::fold_attention_values() {
     const int64_t pa = producer(a);
     if (pa < 0 || uses(a, kNoTensor) != 1 || tensor(w).batched || (b != kNoTensor && tensor(b).batched)) continue;
     const Node att = nodes_[static_cast<size_t>(pa)];
-    if (att.op != OpKind::kAttention || att.out[0] != a || att.attrs.heads != 1) continue;
+    if (att.op != OpKind::kAttention || att.out[0] != a || att.attrs.sum_heads || att.attrs.relu ||
+        att.accumulate != 0)
+      continue;
     // The attention moves to the Linear's place: nothing in between may read its maps.
     if (uses(att.out[1], kNoTensor) > 1) continue;
     const TensorId v = att.in[2];
     if (uses(v, kNoTensor) != 1 || tensor(v).keep || tensor(v).shape.rank != 3) continue;
-    // Products per query row: Tk·dv + dv·N before, Tk·N after; V·W from the tables.
-    const int64_t tk = tensor(v).shape[1], dv = tensor(v).shape[2], n = tensor(w).shape[1];
-    if (tk * n >= tk * dv + dv * n) continue;
+    // Products per query row, per head h (dv its value columns, W_h those rows of W): before,
+    // H·Tk·dv + H·dv·N; after, Σ_h P_h·(V_h·W_h): H·Tk·N, plus H·N adding up the heads.
+    const int64_t heads = att.attrs.heads;
+    const int64_t tk = tensor(v).shape[1], dv = tensor(v).shape[2] / heads, n = tensor(w).shape[1];
+    if (heads * tk * n + (heads > 1 ? heads * n : 0) >= heads * tk * dv + heads * dv * n) continue;
     if (folded_rows(*this, v, 0) >= tensor(v).shape.rows()) continue;
     const size_t first_new = nodes_.size();
-    const Tensor v_projected = folded_linear(*this, v, Tensor(this, w), Tensor(this, b), 0);
-    Node mixed = att;  // P·(V·W + b), written into the Linear's output; the same maps
+    const Tensor v_projected = folded_linear(*this, v, Tensor(this, w), Tensor(this, b), 0, heads);
+    Node mixed = att;  // Σ_h P_h·(V_h·W_h (+ b for h = 0)), written into the Linear's output; the same maps
     mixed.in[2] = v_projected.id();
+    mixed.attrs.sum_heads = true;  // (the identity for one head)
     mixed.out = {lin.out[0], att.out[1]};
     std::vector<Node> added(nodes_.begin() + static_cast<std::ptrdiff_t>(first_new), nodes_.end());
     nodes_.resize(first_new);
@@ -184,6 +203,48 @@ void Graph::fuse_residual_relu() {
     lin.accumulate = 1u;
     lin.attrs.relu = true;
     dead[i] = true;
+  }
+  erase_dead(nodes_, dead);
+  forward_nodes_ = nodes_.size();
+}
+
+void Graph::fuse_attention_addends() {
+  std::vector<bool> dead(nodes_.size(), false);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& sum = nodes_[i];
+    if (dead[i] || sum.op != OpKind::kAdd || sum.in.size() != 2) continue;
+    for (int k = 0; k < 2; ++k) {
+      const TensorId y = sum.in[static_cast<size_t>(k)], r = sum.in[static_cast<size_t>(1 - k)];
+      const int64_t p = producer(y), q = producer(r);
+      if (p < 0 || q < 0 || q > p || y == r || uses(y, kNoTensor) != 1 || uses(r, kNoTensor) != 1 || tensor(r).keep)
+        continue;
+      const Node& att = nodes_[static_cast<size_t>(p)];
+      const Node& lookup = nodes_[static_cast<size_t>(q)];
+      if (att.op != OpKind::kAttention || !att.attrs.sum_heads || att.attrs.relu || att.accumulate != 0 ||
+          att.out[0] != y)
+        continue;
+      if (lookup.op != OpKind::kEmbedding || lookup.out[0] != r) continue;
+      const TensorDesc &dy = tensor(y), &dr = tensor(r);
+      if (dy.shape != dr.shape || dy.batched != dr.batched || dy.dtype != dr.dtype) continue;
+      // relu(y + r) when a ReLU is the sum's only reader.
+      TensorId z = sum.out[0];
+      int64_t relu = -1;
+      if (uses(z, kNoTensor) == 1)
+        for (size_t j = i + 1; j < nodes_.size() && relu < 0; ++j)
+          if (nodes_[j].op == OpKind::kRelu && nodes_[j].in[0] == z) relu = static_cast<int64_t>(j);
+      if (relu >= 0) {
+        z = nodes_[static_cast<size_t>(relu)].out[0];
+        dead[static_cast<size_t>(relu)] = true;
+      }
+      // The lookup writes r into z, the attention adds its heads to it (and applies the ReLU).
+      nodes_[static_cast<size_t>(q)].out[0] = z;
+      Node& a = nodes_[static_cast<size_t>(p)];
+      a.out[0] = z;
+      a.accumulate |= 1u;
+      a.attrs.relu = relu >= 0;
+      dead[i] = true;
+      break;
+    }
   }
   erase_dead(nodes_, dead);
   forward_nodes_ = nodes_.size();

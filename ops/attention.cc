@@ -236,11 +236,19 @@ HWY_NOINLINE void ShortScores(DT dt, const float* q, const float* k, float* scor
 template <class DH>
 HWY_NOINLINE void ShortValues(DH dhd, const float* probs, const float* v, float* y, const AttentionDims& m,
                               int64_t p0, int64_t p1) {
-  const int64_t N = LanesOf(dhd);
+  const int64_t N = LanesOf(dhd), ldy = m.y_row();
+  const auto zero = hn::Zero(dhd);
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t b = p / m.heads, h = p % m.heads;
+    float* yp = y + b * m.tq * ldy + h * m.y_head();
     RowsTimesMatrix(dhd, m.tq, m.dvh / N, probs + p * m.tq * m.tk, m.tk, 1, m.tk, v + b * m.tk * m.dv + h * m.dvh,
-                    m.dv, y + b * m.tq * m.dv + h * m.dvh, m.dv, false);
+                    m.dv, yp, ldy, m.y_add(h));
+    if (!m.relu || !m.y_last(h)) continue;
+    for (int64_t i = 0; i < m.tq; ++i)  // (dvh is whole vectors here)
+      for (int64_t c = 0; c < m.dvh; c += N) {
+        float* o = yp + i * ldy + c;
+        hn::StoreU(hn::Max(hn::LoadU(dhd, o), zero), dhd, o);
+      }
   }
 }
 

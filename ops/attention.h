@@ -16,6 +16,15 @@ struct AttentionDims {
   int64_t heads = 1, tq = 0, tk = 0;
   int64_t d = 0, dv = 0;    // row widths of q/k and of v/y (all heads)
   int64_t dh = 0, dvh = 0;  // per head: d / heads, dv / heads
+  // Forward only (inference graphs, see Graph::fold_attention_values): sum_heads: y is
+  // [B, tq, dvh], the sum of the heads' outputs (a range of products then covers whole batch
+  // entries); accumulate: y's contents are added to; relu: max(·, 0) once a block of y has
+  // its last contribution. dh and dvh may differ.
+  bool sum_heads = false, accumulate = false, relu = false;
+  int64_t y_row() const { return sum_heads ? dvh : dv; }       // y's row width
+  int64_t y_head() const { return sum_heads ? 0 : dvh; }       // head h's columns start at h·y_head()
+  bool y_add(int64_t h) const { return accumulate || (sum_heads && h > 0); }
+  bool y_last(int64_t h) const { return !sum_heads || h == heads - 1; }
 };
 
 // The forward's scale, and which of its scores were forbidden.

@@ -31,6 +31,16 @@ void for_each_mask_run(const AttentionDims& m, const AttentionMasking& mk, int64
   }
 }
 
+// y (+)= P·V of product p, with y's layout and ReLU as m says (see AttentionDims).
+void values_gemm(const float* probs, const float* v, float* y, const AttentionDims& m, int64_t p) {
+  const int64_t b = p / m.heads, h = p % m.heads, ldy = m.y_row();
+  float* yp = y + b * m.tq * ldy + h * m.y_head();
+  sgemm_slice(false, false, m.tq, m.dvh, m.tk, 1.0f, probs + p * m.tq * m.tk, m.tk, v + b * m.tk * m.dv + h * m.dvh,
+              m.dv, m.y_add(h) ? 1.0f : 0.0f, yp, ldy, Slice{});
+  if (m.relu && m.y_last(h))
+    for (int64_t i = 0; i < m.tq; ++i) relu_forward(yp + i * ldy, yp + i * ldy, m.dvh);
+}
+
 }  // namespace
 
 void attention_forward(const float* q, const float* k, const float* v, float* probs, float* y,
@@ -45,12 +55,7 @@ void attention_forward(const float* q, const float* k, const float* v, float* pr
     // Short rows: the softmax of all the range's rows at once (vectorized across rows).
     softmax_rows(p0, p1);
     if (attention_short_values(probs, v, y, m, p0, p1)) return;
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t b = p / m.heads, h = p % m.heads;
-      sgemm_slice(false, false, m.tq, m.dvh, m.tk, 1.0f, probs + p * tt, m.tk,
-                  v + b * m.tk * m.dv + h * m.dvh, m.dv, 0.0f, y + b * m.tq * m.dv + h * m.dvh,
-                  m.dv, Slice{});
-    }
+    for (int64_t p = p0; p < p1; ++p) values_gemm(probs, v, y, m, p);
     return;
   }
   // Long rows: one product at a time, so its scores are softmaxed and multiplied by V while
@@ -61,9 +66,7 @@ void attention_forward(const float* q, const float* k, const float* v, float* pr
     sgemm_slice(false, true, m.tq, m.tk, m.dh, 1.0f, q + b * m.tq * m.d + h * m.dh, m.d,
                 k + b * m.tk * m.d + h * m.dh, m.d, 0.0f, probs + p * tt, m.tk, Slice{});
     softmax_rows(p, p + 1);
-    sgemm_slice(false, false, m.tq, m.dvh, m.tk, 1.0f, probs + p * tt, m.tk,
-                v + b * m.tk * m.dv + h * m.dvh, m.dv, 0.0f, y + b * m.tq * m.dv + h * m.dvh, m.dv,
-                Slice{});
+    values_gemm(probs, v, y, m, p);
   }
 }
 
