@@ -83,6 +83,7 @@ void Graph::optimize_for_inference() {
   if (fold_embedding_projections_) fold_lookup_addends();
   if (fuse_elementwise_) fuse_residual_relu();
   if (fuse_elementwise_) fuse_attention_addends();
+  if (fold_embedding_projections_) index_attention_lookups();
   hoist_unbatched_nodes();
 }
 
@@ -112,7 +113,7 @@ void erase_dead(std::vector<Node>& nodes, const std::vector<bool>& dead) {
 
 }  // namespace
 
-void Graph::fold_attention_values() {
+void Graph::fold_attention_values(bool heads_summed) {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node lin = nodes_[i];  // copies: the pass appends nodes
     if (lin.op != OpKind::kLinear || lin.in.size() != 3 || lin.attrs.relu || lin.accumulate != 0) continue;
@@ -130,6 +131,7 @@ void Graph::fold_attention_values() {
     // Products per query row, per head h (dv its value columns, W_h those rows of W): before,
     // H·Tk·dv + H·dv·N; after, Σ_h P_h·(V_h·W_h): H·Tk·N, plus H·N adding up the heads.
     const int64_t heads = att.attrs.heads;
+    if (heads > 1 && !heads_summed) continue;
     const int64_t tk = tensor(v).shape[1], dv = tensor(v).shape[2] / heads, n = tensor(w).shape[1];
     if (heads * tk * n + (heads > 1 ? heads * n : 0) >= heads * tk * dv + heads * dv * n) continue;
     if (folded_rows(*this, v, 0) >= tensor(v).shape.rows()) continue;
@@ -137,7 +139,7 @@ void Graph::fold_attention_values() {
     const Tensor v_projected = folded_linear(*this, v, Tensor(this, w), Tensor(this, b), 0, heads);
     Node mixed = att;  // Σ_h P_h·(V_h·W_h (+ b for h = 0)), written into the Linear's output; the same maps
     mixed.in[2] = v_projected.id();
-    mixed.attrs.sum_heads = true;  // (the identity for one head)
+    mixed.attrs.sum_heads = heads > 1;
     mixed.out = {lin.out[0], att.out[1]};
     std::vector<Node> added(nodes_.begin() + static_cast<std::ptrdiff_t>(first_new), nodes_.end());
     nodes_.resize(first_new);
@@ -220,7 +222,8 @@ void Graph::fuse_attention_addends() {
         continue;
       const Node& att = nodes_[static_cast<size_t>(p)];
       const Node& lookup = nodes_[static_cast<size_t>(q)];
-      if (att.op != OpKind::kAttention || !att.attrs.sum_heads || att.attrs.relu || att.accumulate != 0 ||
+      if (att.op != OpKind::kAttention || (!att.attrs.sum_heads && att.attrs.heads != 1) || att.attrs.relu ||
+          att.attrs.indexed || att.accumulate != 0 ||
           att.out[0] != y)
         continue;
       if (lookup.op != OpKind::kEmbedding || lookup.out[0] != r) continue;
@@ -248,6 +251,81 @@ void Graph::fuse_attention_addends() {
   }
   erase_dead(nodes_, dead);
   forward_nodes_ = nodes_.size();
+}
+
+void Graph::index_attention_lookups() {
+  constexpr int64_t kMaxTableBytes = int64_t{1} << 20;  // all four tables of one attention
+  constexpr int64_t kMaxPositions = 16;                  // the kernels' short path
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i].op != OpKind::kAttention || nodes_[i].attrs.indexed || nodes_[i].in.size() != 4) continue;
+    const Node att = nodes_[i];  // a copy: apply() appends nodes
+    const TensorDesc& qd = tensor(att.in[0]);
+    if (qd.shape.rank != 3 || qd.shape[1] > kMaxPositions || tensor(att.in[1]).shape[1] != qd.shape[1]) continue;
+    const int64_t t = qd.shape[1];
+    // q, k, v, and the output's starting value: lookups table[ids] (+ pos) of the same ids.
+    int64_t at[4] = {-1, -1, -1, -1};
+    TensorId ids = kNoTensor;
+    int64_t vocab = -1, bytes = 0;
+    auto usable = [&](int64_t p) {
+      if (p < 0) return false;
+      const Node& e = nodes_[static_cast<size_t>(p)];
+      if (e.op != OpKind::kEmbedding || e.in.size() != 3) return false;
+      const TensorDesc &table = tensor(e.in[0]), &id = tensor(e.in[1]);
+      if (table.batched || table.shape.rank != 2 || !id.batched || id.shape.rank != 2 || id.shape[1] != t) return false;
+      if (e.in[2] != kNoTensor && tensor(e.in[2]).batched) return false;
+      if (ids == kNoTensor) ids = e.in[1], vocab = table.shape[0];
+      if (e.in[1] != ids || table.shape[0] != vocab) return false;
+      bytes += vocab * t * table.shape[1] * 4;
+      return true;
+    };
+    bool ok = true;
+    for (int x = 0; x < 3 && ok; ++x) {
+      const TensorId in = att.in[static_cast<size_t>(x)];
+      at[x] = producer(in);
+      ok = usable(at[x]) && uses(in, kNoTensor) == 1 && !tensor(in).keep;
+    }
+    if (ok && att.accumulates(0)) {  // the lookup that wrote the output first (fuse_attention_addends)
+      for (size_t j = i; j-- > 0 && at[3] < 0;)
+        for (TensorId o : nodes_[j].out)
+          if (o == att.out[0]) at[3] = static_cast<int64_t>(j);
+      ok = usable(at[3]) && nodes_[static_cast<size_t>(at[3])].out.size() == 1;
+    }
+    if (!ok || bytes > kMaxTableBytes) continue;
+    const size_t first_new = nodes_.size();
+    const TensorId rows = pair_rows(vocab, t).id();
+    TensorId tables[4] = {kNoTensor, kNoTensor, kNoTensor, kNoTensor};
+    for (int x = 0; x < 4; ++x) {
+      if (at[x] < 0) continue;
+      const Node e = nodes_[static_cast<size_t>(at[x])];  // table[v] + pos[t] for every (v, t)
+      tables[x] = apply(OpKind::kEmbedding, {e.in[0], rows, e.in[2]})[0].id();
+    }
+    // Every score of the tables' rows when there are fewer of them than scores per call (the
+    // gathers then replace the products Q·Kᵀ).
+    const int64_t heads = att.attrs.heads, table_rows = vocab * t, dh = qd.shape[2] / heads;
+    TensorId scores = kNoTensor;
+    if (heads * table_rows * table_rows * 4 <= kMaxTableBytes / 2 && table_rows * table_rows < qd.shape[0] * t * t) {
+      auto per_head = [&](TensorId x) {  // [V, T, H·dh] → [H, V·T, dh]
+        return transpose(reshape(Tensor(this, x), Shape{table_rows, heads, dh}), 0, 1);
+      };
+      scores = matmul(per_head(tables[0]), per_head(tables[1]), false, true).id();
+    }
+    Node ix = att;
+    ix.in = {tables[0], tables[1], tables[2], att.in[3], ids, tables[3], scores};
+    ix.attrs.indexed = true;
+    ix.accumulate &= ~1u;
+    std::vector<Node> added(nodes_.begin() + static_cast<std::ptrdiff_t>(first_new), nodes_.end());
+    nodes_.resize(first_new);
+    nodes_[i] = std::move(ix);
+    nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(i), added.begin(), added.end());
+    std::vector<int64_t> gone;
+    for (int64_t p : at)
+      if (p >= 0) gone.push_back(p);
+    std::sort(gone.begin(), gone.end());
+    gone.erase(std::unique(gone.begin(), gone.end()), gone.end());
+    for (size_t g = gone.size(); g-- > 0;) nodes_.erase(nodes_.begin() + gone[g]);
+    i = i + added.size() - gone.size();
+    forward_nodes_ = nodes_.size();
+  }
 }
 
 void Graph::hoist_unbatched_nodes() {

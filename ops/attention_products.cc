@@ -2,6 +2,7 @@
 // ops/attention.cc where the dims fit it, GEMM calls one (batch, head) product at a time
 // otherwise. The graph op (engine/op_attention.cc) hands each thread a range of products.
 #include <algorithm>
+#include <vector>
 
 #include "ops/attention.h"
 #include "ops/elementwise.h"
@@ -41,6 +42,33 @@ void values_gemm(const float* probs, const float* v, float* y, const AttentionDi
     for (int64_t i = 0; i < m.tq; ++i) relu_forward(yp + i * ldy, yp + i * ldy, m.dvh);
 }
 
+// The indexed forward for batch entries [b0, b1) outside the short path: each entry's rows
+// are copied out of the tables into contiguous tiles and the plain forward runs on them.
+void indexed_forward_tiles(const float* q, const float* k, const float* v, float* probs, float* y,
+                           const AttentionDims& m, const AttentionMasking& mk, int64_t b0, int64_t b1) {
+  thread_local std::vector<float> tiles;  // grows once: no allocation per call after the first
+  const size_t need = static_cast<size_t>(m.tq * m.d + m.tk * m.d + m.tk * m.dv);
+  if (tiles.size() < need) tiles.resize(need);
+  float *qt = tiles.data(), *kt = qt + m.tq * m.d, *vt = kt + m.tk * m.d;
+  AttentionDims plain = m;
+  plain.ids = nullptr;
+  plain.start = nullptr;
+  plain.accumulate = m.accumulate || m.start != nullptr;
+  const int64_t ldy = m.y_row(), tt = m.tq * m.tk;
+  for (int64_t b = b0; b < b1; ++b) {
+    for (int64_t t = 0; t < m.tq; ++t) {
+      const int64_t row = m.table_row(b, t);
+      std::copy_n(q + row * m.d, m.d, qt + t * m.d);
+      std::copy_n(k + row * m.d, m.d, kt + t * m.d);
+      std::copy_n(v + row * m.dv, m.dv, vt + t * m.dv);
+      if (m.start) std::copy_n(m.start + row * ldy, ldy, y + (b * m.tq + t) * ldy);
+    }
+    AttentionMasking mb = mk;
+    if (mk.mask) mb.mask = mk.mask + b * tt;
+    attention_forward(qt, kt, vt, probs + b * m.heads * tt, y + b * m.tq * ldy, plain, mb, 0, m.heads);
+  }
+}
+
 }  // namespace
 
 void attention_forward(const float* q, const float* k, const float* v, float* probs, float* y,
@@ -51,6 +79,14 @@ void attention_forward(const float* q, const float* k, const float* v, float* pr
       softmax_forward(probs + a * tt, probs + a * tt, b - a, m.tq, m.tk, mk.scale, mask);
     });
   };
+  if (m.ids) {  // (whole batch entries)
+    const int64_t b0 = p0 / m.heads, b1 = p1 / m.heads;
+    if (!attention_indexed_fits(m)) return indexed_forward_tiles(q, k, v, probs, y, m, mk, b0, b1);
+    attention_indexed_scores(q, k, probs, m, b0, b1);
+    softmax_rows(p0, p1);
+    attention_indexed_values(probs, v, y, m, b0, b1);
+    return;
+  }
   if (attention_short_scores(q, k, probs, m, p0, p1)) {
     // Short rows: the softmax of all the range's rows at once (vectorized across rows).
     softmax_rows(p0, p1);

@@ -17,6 +17,7 @@
 #include "engine/npy.h"
 #include "engine/npz.h"
 #include "engine/rng.h"
+#include "hwy_targets.h"
 #include "models/predictor.h"
 #include "models/tasks.h"
 #include "models/trainer.h"
@@ -127,10 +128,11 @@ TEST_CASE("inference graphs fold lookups and fuse ReLUs and give the training gr
       int summed = 0;
       for (const attnkit::Node& node : infer.graph->nodes()) {
         if (node.op == attnkit::OpKind::kAttention) {
-          CHECK(node.attrs.sum_heads);
+          CHECK(node.attrs.sum_heads == (c.heads > 1));
           CHECK(node.attrs.relu);
-          CHECK(node.accumulates(0));
-          summed += node.attrs.sum_heads;
+          // It starts from the head's lookup: added to it, or read from its table (indexed).
+          CHECK((node.accumulates(0) || (node.attrs.indexed && node.in[5] != attnkit::kNoTensor)));
+          ++summed;
         }
         if (node.op == attnkit::OpKind::kAdd || node.op == attnkit::OpKind::kRelu) {
           const int64_t p = infer.graph->producer(node.in[0]);
@@ -147,6 +149,42 @@ TEST_CASE("inference graphs fold lookups and fuse ReLUs and give the training gr
       CHECK(batched);
     }
   }
+}
+
+TEST_CASE("indexed attention reads q k and v from per-token-and-position tables and looks scores up on every target") {
+  attnkit::test::for_each_simd_target([&](const std::string&) {
+    for (const attnkit::ModelConfig& c : inference_configs()) {
+      for (int64_t n : {int64_t{37}, int64_t{700}}) {
+        INFO(c.task << " layers " << c.layers << " heads " << c.heads << " batch " << n);
+        const attnkit::Model train = attnkit::build_model(c, n, /*with_backward=*/true);
+        const attnkit::Model infer = attnkit::build_model(c, n, /*with_backward=*/false);
+        attnkit::ExecutorOptions one{1, 5};
+        one.chunk_bytes = 0;
+        attnkit::Executor te(*train.graph, one), ie(*infer.graph, one);
+        const std::vector<int32_t> x = random_tokens(c, n, 23);
+        const std::vector<float> a = run_forward(te, train, x, n), b = run_forward(ie, infer, x, n);
+        REQUIRE(a.size() == b.size());
+        double worst = 0;
+        for (size_t i = 0; i < a.size(); ++i)
+          worst = std::max(worst, std::abs(double(a[i]) - b[i]) / (1.0 + std::abs(a[i])));
+        CHECK(worst < 2e-5);
+        // The first layer's q, k, v are lookups of the ids with positions: its attention is
+        // indexed; a score table once the scores of a call outnumber the table's (V·T)² (and
+        // it takes at most 512 KB).
+        int indexed = 0, tables = 0;
+        for (const attnkit::Node& node : infer.graph->nodes())
+          if (node.op == attnkit::OpKind::kAttention && node.attrs.indexed) {
+            ++indexed;
+            tables += node.in[6] != attnkit::kNoTensor;
+          }
+        if (c.pre_norm) continue;  // (LayerNorm first: no lookups in front of the attention)
+        CHECK(indexed == 1);
+        const int64_t rows = c.vocab * c.seq_len;
+        const bool small = c.heads * rows * rows * 4 <= 512 * 1024;
+        CHECK(tables == (small && rows * rows < n * c.seq_len * c.seq_len ? 1 : 0));
+      }
+    }
+  });
 }
 
 TEST_CASE("large batches run in chunks of rows with the whole batch's results and a chunk-sized arena") {
