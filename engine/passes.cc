@@ -299,15 +299,18 @@ void Graph::index_attention_lookups() {
       const Node e = nodes_[static_cast<size_t>(at[x])];  // table[v] + pos[t] for every (v, t)
       tables[x] = apply(OpKind::kEmbedding, {e.in[0], rows, e.in[2]})[0].id();
     }
-    // Every score of the tables' rows when there are fewer of them than scores per call (the
-    // gathers then replace the products Q·Kᵀ).
+    // softmax(scale·S) over all of S, every score of the tables' rows, when there are fewer of
+    // those than scores per call: a sequence's probabilities are then lookups of it,
+    // normalized (the products Q·Kᵀ, the exponentials and the maxima of each call disappear).
     const int64_t heads = att.attrs.heads, table_rows = vocab * t, dh = qd.shape[2] / heads;
     TensorId scores = kNoTensor;
     if (heads * table_rows * table_rows * 4 <= kMaxTableBytes / 2 && table_rows * table_rows < qd.shape[0] * t * t) {
       auto per_head = [&](TensorId x) {  // [V, T, H·dh] → [H, V·T, dh]
         return transpose(reshape(Tensor(this, x), Shape{table_rows, heads, dh}), 0, 1);
       };
-      scores = matmul(per_head(tables[0]), per_head(tables[1]), false, true).id();
+      SoftmaxOptions so;
+      so.scale = att.attrs.scale;
+      scores = softmax(matmul(per_head(tables[0]), per_head(tables[1]), false, true), so).id();
     }
     Node ix = att;
     ix.in = {tables[0], tables[1], tables[2], att.in[3], ids, tables[3], scores};

@@ -282,26 +282,64 @@ HWY_NOINLINE void IndexedScores(DT dt, const float* q, const float* k, float* sc
   }
 }
 
-// Scores looked up in the score table: one gather of a table row per query row and head.
-template <class D>
-HWY_NOINLINE void TableScores(D d, float* scores, const AttentionDims& m, int64_t b0, int64_t b1) {
-  const hn::RebindToSigned<D> di;
-  const int64_t N = LanesOf(d), tt = m.tq * m.tk, R = m.table_rows;
-  const int64_t full = m.tk / N * N, rest = m.tk - full;
-  const auto tail = hn::FirstN(d, static_cast<size_t>(rest));
-  HWY_ALIGN int32_t keys[kMaxKeys + kMaxLanes] = {};  // the key rows, zeros past tk (valid rows)
+// Probabilities of batch entries [b0, b1) from the table (AttentionDims::score_table):
+// p_ij = E[r_i, c_j] / Σ_j E[r_i, c_j] over the allowed keys, TK = tk keys (at most
+// kMaxKeys), unrolled: the entries stay in registers (16-lane gathers, and vectors loaded
+// from a row buffer, were slower on Zen 4). A row whose allowed keys all underflowed in the
+// table (or that has none) sends its (sequence, head) block to the plain softmax, its scores
+// computed from the q and k rows.
+template <int TK>
+HWY_NOINLINE void TableProbs(const float* q, const float* k, float* probs, const AttentionDims& m,
+                             const AttentionMasking& mk, int64_t b0, int64_t b1) {
+  const int64_t tt = m.tq * TK, R = m.table_rows;
+  const bool masked = mk.mask || mk.causal;
+  int64_t keys[TK];
   for (int64_t b = b0; b < b1; ++b) {
-    for (int64_t j = 0; j < m.tk; ++j) keys[j] = static_cast<int32_t>(m.table_row(b, j));
+    for (int j = 0; j < TK; ++j) keys[j] = m.table_row(b, j);
+    const uint8_t* mb = mk.mask ? mk.mask + b * tt : nullptr;
     for (int64_t h = 0; h < m.heads; ++h) {
       const float* table = m.score_table + h * R * R;
-      float* out = scores + (b * m.heads + h) * tt;
-      for (int64_t i = 0; i < m.tq; ++i, out += m.tk) {
-        const float* row = table + m.table_row(b, i) * R;
-        for (int64_t j = 0; j < full; j += N) hn::StoreU(hn::GatherIndex(d, row, hn::Load(di, keys + j)), d, out + j);
-        if (rest) hn::BlendedStore(hn::GatherIndex(d, row, hn::Load(di, keys + full)), tail, d, out + full);
+      float* HWY_RESTRICT out = probs + (b * m.heads + h) * tt;
+      bool exact = false;
+      for (int64_t i = 0; i < m.tq; ++i) {
+        const float* HWY_RESTRICT row = table + m.table_row(b, i) * R;
+        float vals[TK];
+        for (int j = 0; j < TK; ++j) vals[j] = row[keys[j]];
+        if (masked)
+          for (int j = 0; j < TK; ++j)
+            if ((mk.causal && j > i) || (mb && mb[i * TK + j])) vals[j] = 0.0f;
+        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int j = 0; j < TK; ++j) part[j % 4] += vals[j];
+        const float sum = (part[0] + part[1]) + (part[2] + part[3]);
+        if (!(sum >= 1e-30f)) {
+          exact = true;
+          break;
+        }
+        const float inv = 1.0f / sum;
+        for (int j = 0; j < TK; ++j) out[i * TK + j] = vals[j] * inv;
       }
+      if (!exact) continue;
+      for (int64_t i = 0; i < m.tq; ++i)
+        for (int j = 0; j < TK; ++j) {
+          const float* qr = q + m.table_row(b, i) * m.d + h * m.dh;
+          const float* kr = k + keys[j] * m.d + h * m.dh;
+          float s = 0.0f;
+          for (int64_t c = 0; c < m.dh; ++c) s += qr[c] * kr[c];
+          out[i * TK + j] = s;
+        }
+      SoftmaxMask mask;
+      mask.data = mb;
+      mask.causal = mk.causal;
+      softmax_forward(out, out, 1, m.tq, TK, mk.scale, mask);
     }
   }
+}
+
+template <int TK>
+HWY_INLINE void TableProbsUpTo(const float* q, const float* k, float* probs, const AttentionDims& m,
+                               const AttentionMasking& mk, int64_t b0, int64_t b1) {
+  if (m.tk == TK) return TableProbs<TK>(q, k, probs, m, mk, b0, b1);
+  if constexpr (TK > 1) TableProbsUpTo<TK - 1>(q, k, probs, m, mk, b0, b1);
 }
 
 // out[r·ldo + col + v·N + lane] = start_r + Σ_{h < heads} Σ_{l < tk} coef[h·hs + r·tk + l] ·
@@ -455,8 +493,12 @@ bool AttentionIndexedFits(const AttentionDims& m) {
 
 void AttentionIndexedScores(const float* q, const float* k, float* scores, const AttentionDims& m, int64_t b0,
                             int64_t b1) {
-  if (m.score_table) return TableScores(DF(), scores, m, b0, b1);
   WithTags(m.tk, m, [&](auto dt, auto) { IndexedScores(dt, q, k, scores, m, b0, b1); });
+}
+
+void AttentionIndexedTableProbs(const float* q, const float* k, float* probs, const AttentionDims& m,
+                                const AttentionMasking& mk, int64_t b0, int64_t b1) {
+  TableProbsUpTo<kMaxKeys>(q, k, probs, m, mk, b0, b1);  // (1 <= tk <= kMaxKeys: Fits)
 }
 
 void AttentionIndexedValues(const float* probs, const float* v, float* y, const AttentionDims& m, int64_t b0,
@@ -476,6 +518,12 @@ HWY_EXPORT(AttentionShortValues);
 HWY_EXPORT(AttentionIndexedFits);
 HWY_EXPORT(AttentionIndexedScores);
 HWY_EXPORT(AttentionIndexedValues);
+HWY_EXPORT(AttentionIndexedTableProbs);
+
+void attention_indexed_table_probs(const float* q, const float* k, float* probs, const AttentionDims& m,
+                                   const AttentionMasking& mk, int64_t b0, int64_t b1) {
+  HWY_DYNAMIC_DISPATCH(AttentionIndexedTableProbs)(q, k, probs, m, mk, b0, b1);
+}
 
 bool attention_indexed_fits(const AttentionDims& m) { return HWY_DYNAMIC_DISPATCH(AttentionIndexedFits)(m); }
 void attention_indexed_scores(const float* q, const float* k, float* scores, const AttentionDims& m, int64_t b0,

@@ -26,8 +26,10 @@ struct AttentionDims {
   // (optional, with the same rows, y_row() wide) is y's starting value. accumulate is then off.
   const int32_t* ids = nullptr;
   const float* start = nullptr;
-  // Optional with ids: every score of the tables' rows, [heads, R, R] with R = table_rows
-  // (= V·T): the score of query row a and key row c of head h is score_table[(h·R + a)·R + c].
+  // Optional with ids: softmax(scale·S) over every row of S, the scores of all the tables'
+  // rows, [heads, R, R] with R = table_rows (= V·T): S[h, a, c] is the score of query row a
+  // and key row c of head h. A sequence's probabilities are then its rows' entries over their
+  // sum (the rest of the table row's normalization cancels).
   const float* score_table = nullptr;
   int64_t table_rows = 0;
   int64_t table_row(int64_t b, int64_t t) const { return static_cast<int64_t>(ids[b * tq + t]) * tq + t; }
@@ -69,6 +71,9 @@ bool attention_short_values(const float* probs, const float* v, float* y, const 
 bool attention_indexed_fits(const AttentionDims& m);
 void attention_indexed_scores(const float* q, const float* k, float* scores, const AttentionDims& m, int64_t b0,
                               int64_t b1);
+// Probabilities from m.score_table (set), masked as mk says, for batch entries [b0, b1).
+void attention_indexed_table_probs(const float* q, const float* k, float* probs, const AttentionDims& m,
+                                   const AttentionMasking& mk, int64_t b0, int64_t b1);
 void attention_indexed_values(const float* probs, const float* v, float* y, const AttentionDims& m, int64_t b0,
                               int64_t b1);
 

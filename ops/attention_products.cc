@@ -82,8 +82,12 @@ void attention_forward(const float* q, const float* k, const float* v, float* pr
   if (m.ids) {  // (whole batch entries)
     const int64_t b0 = p0 / m.heads, b1 = p1 / m.heads;
     if (!attention_indexed_fits(m)) return indexed_forward_tiles(q, k, v, probs, y, m, mk, b0, b1);
-    attention_indexed_scores(q, k, probs, m, b0, b1);
-    softmax_rows(p0, p1);
+    if (m.score_table) {
+      attention_indexed_table_probs(q, k, probs, m, mk, b0, b1);
+    } else {
+      attention_indexed_scores(q, k, probs, m, b0, b1);
+      softmax_rows(p0, p1);
+    }
     attention_indexed_values(probs, v, y, m, b0, b1);
     return;
   }
