@@ -25,6 +25,10 @@ namespace {
 bool runs_row_by_row(const Graph& g) {
   if (g.has_backward()) return false;
   for (const Node& n : g.nodes()) {
+    bool touches_batch = false;  // weights-only nodes (e.g. the folded value tables) do not see rows
+    for (const auto* list : {&n.in, &n.out, &n.scratch})
+      for (TensorId t : *list) touches_batch = touches_batch || (t != kNoTensor && g.tensor(t).batched);
+    if (!touches_batch) continue;
     switch (n.op) {
       case OpKind::kEmbedding: case OpKind::kLinear: case OpKind::kAdd: case OpKind::kRelu:
       case OpKind::kLayerNorm: case OpKind::kAttention: case OpKind::kAddBroadcast: case OpKind::kSub:
@@ -242,6 +246,9 @@ Shape Executor::shape(TensorId id) const {
 
 // Token ids and targets come from users and files: check them before any kernel reads them.
 void Executor::validate_inputs() const {
+  TensorId checked[8];  // ids already checked against the same range (one lookup's, an indexed attention's)
+  int64_t checked_hi[8];
+  int n_checked = 0;
   for (size_t i = 0; i < graph_.forward_nodes(); ++i) {
     const Node& n = graph_.nodes()[i];
     const OpDef& def = op_def(n.op);
@@ -250,6 +257,10 @@ void Executor::validate_inputs() const {
     if (!def.id_range || !def.id_range(graph_, n, &input, &lo, &hi) || input >= n.in.size()) continue;
     const TensorId ids = n.in[input];
     if (ids == kNoTensor || graph_.tensor(ids).storage != Storage::kInput) continue;
+    bool seen = false;
+    for (int c = 0; c < n_checked; ++c) seen = seen || (checked[c] == ids && checked_hi[c] == hi && lo == 0);
+    if (seen) continue;
+    if (lo == 0 && n_checked < 8) checked[n_checked] = ids, checked_hi[n_checked++] = hi;
     const int32_t* p = i32(ids);
     const int64_t count = shape(ids).numel();
     const uint32_t span = static_cast<uint32_t>(hi - lo);

@@ -112,6 +112,16 @@ Tensor Graph::arange(int64_t n) {
   return Tensor(this, id);
 }
 
+Tensor Graph::pair_rows(int64_t v, int64_t t) {
+  const std::string name = "pair_rows(" + std::to_string(v) + "," + std::to_string(t) + ")";
+  if (TensorId id = find(name); id != kNoTensor) return Tensor(this, id);
+  TensorId id = new_tensor(name, DType::kI32, {v, t}, false, Storage::kConst);
+  tensors_[static_cast<size_t>(id)].offset = static_cast<int64_t>(const_data_.size()) * 4;
+  for (int64_t i = 0; i < v; ++i)
+    for (int64_t j = 0; j < t; ++j) const_data_.push_back(static_cast<int32_t>(i));
+  return Tensor(this, id);
+}
+
 Tensor Graph::parameter(const std::string& name, Shape shape, Init init, float init_std) {
   if (has_backward()) throw ShapeError("graph: parameter '" + name + "' added after backward()");
   if (find(name) != kNoTensor) throw ShapeError("graph: a tensor named '" + name + "' already exists");

@@ -29,6 +29,15 @@ struct ParamInfo {
 // Per-op settings. Each op reads the fields it needs.
 struct NodeAttrs {
   int64_t heads = 1;
+  // kAttention, inference only (Graph::fold_attention_values): the output is the sum of the
+  // heads' outputs, [B, Tq, Dv / heads]; with relu, max(·, 0) of it (and accumulate bit 0: of
+  // it plus the output's contents).
+  bool sum_heads = false;
+  // kAttention, inference only (Graph::index_attention_lookups): q, k, v are per-(token,
+  // position) tables [V, T, width] and in[4] the ids [B, T]: row t of sequence b is row
+  // ids[b, t]·T + t of each table (the lookups happen inside the kernel); an optional in[5],
+  // a table [V, T, out width] too, is the output's starting value (the folded head's lookup).
+  bool indexed = false;
   float scale = 1.0f;
   float eps = 1e-5f;
   bool causal = false;
@@ -104,6 +113,9 @@ class Graph {
   Tensor input_unbatched(const std::string& name, Shape shape, DType dtype, bool requires_grad = false);
   // An int32 constant 0, 1, …, n−1 (not batched), e.g. position ids.
   Tensor arange(int64_t n);
+  // An int32 constant [v, t] whose row i holds i in every column (ids of a table's rows
+  // repeated over positions: table[pair_rows] + pos is the per-(token, position) table).
+  Tensor pair_rows(int64_t v, int64_t t);
   // A parameter of the given shape, with its initialization.
   Tensor parameter(const std::string& name, Shape shape, Init init, float init_std = 0.0f);
 
@@ -194,12 +206,25 @@ class Graph {
   //   ReLU in its store, so the ReLU is no pass of its own;
   // - nodes that read and write no batched tensor (products of weights, projected tables)
   //   move to the front, so that a run in chunks of rows (Executor) computes them once.
-  // - a one-head attention's output used only by a Linear, (P·V)·W + b, becomes P·(V·W + b)
-  //   (softmax rows sum to 1) when V is a foldable lookup and that costs fewer products:
-  //   V·W + b is then a lookup of projected tables, and the product disappears;
-  void fold_attention_values();
+  // - an attention's output used only by a Linear, (P·V)·W + b = Σ_h P_h·(V_h·W_h) + b with
+  //   V_h head h's value columns and W_h the same rows of W, becomes Σ_h P_h·(V_h·W_h + [h = 0]·b)
+  //   (softmax rows sum to 1) when V is a foldable lookup and that costs fewer products: the
+  //   values [V_0·W_0 + b | V_1·W_1 | …] are then a lookup of projected tables, the product
+  //   disappears, and the attention adds up its heads' outputs (attrs.sum_heads);
+  // In training graphs (backward_from) only one-head attentions fold (heads_summed = false):
+  // a head-summed attention has no backward.
+  void fold_attention_values(bool heads_summed = true);
   void fold_lookup_addends();
   void fuse_residual_relu();
+  // - relu(y + r) (or y + r) with y a folded attention's output (sum_heads) and r a lookup
+  //   computed before it, each used only there: the lookup writes the output and the attention
+  //   adds its heads to it (accumulates), applying the ReLU in its last store.
+  void fuse_attention_addends();
+  // - an attention whose q, k, v (and the lookup its output starts from) are lookups of the
+  //   same ids with per-position addends, tables[ids] + pos, reads them from per-(token,
+  //   position) tables instead (attrs.indexed), when those are small (V·T rows, at most 1 MB
+  //   together): the lookups and their rows in memory disappear.
+  void index_attention_lookups();
   void hoist_unbatched_nodes();
 
   int64_t max_batch_;

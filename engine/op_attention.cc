@@ -13,7 +13,47 @@ namespace {
 
 // in: q [B, Tq, D], k [B, Tk, D], v [B, Tk, Dv], mask (optional uint8 [B, Tq, Tk]);
 // out: y [B, Tq, Dv], probs [B, H, Tq, Tk].
+// Indexed (attrs.indexed, inference): in = {q, k, v tables [V, T, ·], mask, ids [B, T],
+// start table [V, T, out width] or none}.
+void indexed_attention_build(Graph& g, Node& n) {
+  if (n.in.size() == 6) n.in.push_back(kNoTensor);
+  if (n.in.size() != 7)
+    shape_error(g, "attention", "an indexed attention needs q, k, v, mask, ids, start and score tables", {});
+  const TensorDesc &q = g.tensor(n.in[0]), &k = g.tensor(n.in[1]), &v = g.tensor(n.in[2]), &ids = g.tensor(n.in[4]);
+  const int64_t h = n.attrs.heads;
+  std::vector<TensorId> qkv = {n.in[0], n.in[1], n.in[2], n.in[4]};
+  if (ids.dtype != DType::kI32 || ids.shape.rank != 2) shape_error(g, "attention", "ids must be int32 [batch, T]", qkv);
+  const int64_t b = ids.shape[0], t = ids.shape[1];
+  for (const TensorDesc* d : {&q, &k, &v})
+    if (d->dtype != DType::kF32 || d->shape.rank != 3 || d->batched || d->shape[1] != t || d->shape[0] != q.shape[0])
+      shape_error(g, "attention", "indexed q, k, v must be float tables [vocab, T, dim]", qkv);
+  if (q.shape[2] != k.shape[2]) shape_error(g, "attention", "q and k must have the same dim", qkv);
+  if (h < 1 || q.shape[2] % h != 0 || v.shape[2] % h != 0)
+    shape_error(g, "attention", std::to_string(h) + " heads do not divide the dims", qkv);
+  if (n.accumulate != 0) shape_error(g, "attention", "an indexed attention starts from its start table", qkv);
+  if (n.in[3] != kNoTensor) {
+    const TensorDesc& m = g.tensor(n.in[3]);
+    if (m.dtype != DType::kU8 || m.shape != Shape{b, t, t} || m.batched != ids.batched)
+      shape_error(g, "attention", "the mask must be uint8 [batch, T, T] (non-zero = forbidden)", {n.in[4], n.in[3]});
+  }
+  const int64_t width = n.attrs.sum_heads ? v.shape[2] / h : v.shape[2];
+  if (n.in[5] != kNoTensor) {
+    const TensorDesc& st = g.tensor(n.in[5]);
+    if (st.dtype != DType::kF32 || st.batched || st.shape != Shape{q.shape[0], t, width})
+      shape_error(g, "attention", "the start table must be float [vocab, T, output width]", {n.in[5]});
+  }
+  if (n.in[6] != kNoTensor) {
+    const TensorDesc& st = g.tensor(n.in[6]);
+    const int64_t rows = q.shape[0] * t;
+    if (st.dtype != DType::kF32 || st.batched || st.shape != Shape{h, rows, rows})
+      shape_error(g, "attention", "the score table must be float [heads, vocab·T, vocab·T]", {n.in[6]});
+  }
+  n.out = {g.new_tensor("attention(" + q.name + ")", DType::kF32, {b, t, width}, ids.batched),
+           g.new_tensor("attention(" + q.name + ").probs", DType::kF32, {b, h, t, t}, ids.batched)};
+}
+
 void attention_build(Graph& g, Node& n) {
+  if (n.attrs.indexed) return indexed_attention_build(g, n);
   if (n.in.size() != 4) shape_error(g, "attention", "needs q, k, v and an optional mask", {});
   const TensorDesc &q = g.tensor(n.in[0]), &k = g.tensor(n.in[1]), &v = g.tensor(n.in[2]);
   const int64_t h = n.attrs.heads;
@@ -35,7 +75,8 @@ void attention_build(Graph& g, Node& n) {
       shape_error(g, "attention", "the mask must be uint8 [batch, " + std::to_string(tq) + ", " +
                   std::to_string(tk) + "] (non-zero = forbidden)", {n.in[0], n.in[3]});
   }
-  n.out = {g.new_tensor("attention(" + q.name + ")", DType::kF32, {b, tq, v.shape[2]}, q.batched),
+  const int64_t width = n.attrs.sum_heads ? v.shape[2] / h : v.shape[2];
+  n.out = {g.new_tensor("attention(" + q.name + ")", DType::kF32, {b, tq, width}, q.batched),
            g.new_tensor("attention(" + q.name + ").probs", DType::kF32, {b, h, tq, tk}, q.batched)};
 }
 
@@ -46,12 +87,29 @@ struct Dims {
 Dims dims_of(const RunContext& c, const Node& n) {
   const Shape qs = c.shape(n.in[0]), ks = c.shape(n.in[1]), vs = c.shape(n.in[2]);
   const int64_t h = n.attrs.heads;
+  if (n.attrs.indexed) {
+    const Shape is = c.shape(n.in[4]);
+    return {is[0], h, is[1], is[1], qs[2], vs[2], qs[2] / h, vs[2] / h};
+  }
   return {qs[0], h, qs[1], ks[1], qs[2], vs[2], qs[2] / h, vs[2] / h};
 }
 
 // For the fused short-sequence backward (ops/attention.h), which the backward node takes
 // when the dims fit it (the lessons' models), else the GEMM path below.
 AttentionDims short_dims(const Dims& m) { return {m.h, m.tq, m.tk, m.d, m.dv, m.dh, m.dvh}; }
+AttentionDims forward_dims(const RunContext& c, const Dims& m, const Node& n) {
+  AttentionDims d = short_dims(m);
+  d.sum_heads = n.attrs.sum_heads;
+  d.accumulate = n.accumulates(0);
+  d.relu = n.attrs.relu;
+  if (n.attrs.indexed) {
+    d.ids = c.i32(n.in[4]);
+    d.start = n.in[5] != kNoTensor ? c.f32(n.in[5]) : nullptr;
+    d.score_table = n.in[6] != kNoTensor ? c.f32(n.in[6]) : nullptr;
+    d.table_rows = c.shape(n.in[0])[0] * m.tq;
+  }
+  return d;
+}
 AttentionMasking masking(const RunContext& c, const Node& n, TensorId mask_id) {
   return {n.attrs.scale, mask_id != kNoTensor ? c.u8(mask_id) : nullptr, n.attrs.causal};
 }
@@ -81,8 +139,15 @@ void attention_run(const RunContext& c, const Node& n, Slice s) {
   const float *q = c.f32(n.in[0]), *k = c.f32(n.in[1]), *v = c.f32(n.in[2]);
   float *y = c.f32(n.out[0]), *probs = c.f32(n.out[1]);
   const AttentionMasking mk = masking(c, n, n.in[3]);
+  const AttentionDims d = forward_dims(c, m, n);
+  if (d.sum_heads || d.ids) {  // whole batch entries: their heads add into the same rows
+    for_each_product_range(m.b, s, [&](int64_t b0, int64_t b1) {
+      attention_forward(q, k, v, probs, y, d, mk, b0 * m.h, b1 * m.h);
+    });
+    return;
+  }
   for_each_product_range(m.b * m.h, s, [&](int64_t p0, int64_t p1) {
-    attention_forward(q, k, v, probs, y, short_dims(m), mk, p0, p1);
+    attention_forward(q, k, v, probs, y, d, mk, p0, p1);
   });
 }
 
@@ -90,6 +155,8 @@ void attention_run(const RunContext& c, const Node& n, Slice s) {
 // [B, H, Tq, Tk]. dy is the gradient of the output, dprobs that of the attention weights (a
 // loss or regularizer on them); either may be absent. Without dy, V gets no gradient.
 void attention_differentiate(Autodiff& ad, const Node& n) {
+  if (n.attrs.sum_heads || n.attrs.relu || n.attrs.indexed || n.accumulate != 0)
+    throw Error("attention: a head-summed, indexed, ReLU'd or accumulating attention (an inference fold) has no backward");
   Node b;
   b.op = OpKind::kAttentionBackward;
   const TensorId dy = ad.grad(n.out[0]), dprobs = ad.grad(n.out[1]);
@@ -125,9 +192,17 @@ void attention_backward_run(const RunContext& c, const Node& n, Slice s) {
 
 void no_build(Graph&, Node&) {}
 
+// An indexed attention's ids index its tables' first dim.
+bool attention_ids(const Graph& g, const Node& n, size_t* input, int64_t* lo, int64_t* hi) {
+  if (!n.attrs.indexed) return false;
+  *input = 4, *lo = 0, *hi = g.tensor(n.in[0]).shape[0];
+  return true;
+}
+
 }  // namespace
 
-extern const OpDef kAttentionOp = {"attention", attention_build, attention_run, attention_differentiate, false};
+extern const OpDef kAttentionOp = {"attention", attention_build, attention_run, attention_differentiate, false,
+                                   attention_ids};
 extern const OpDef kAttentionBackwardOp = {"attention_backward", no_build, attention_backward_run, nullptr, false};
 
 }  // namespace attnkit

@@ -7,6 +7,7 @@
 // graphs of primitive ops (engine/functional.h) stay correct through all of them.
 #include <algorithm>
 
+#include "engine/functional.h"
 #include "engine/graph.h"
 #include "engine/op_table.h"
 #include "engine/passes.h"
@@ -18,6 +19,17 @@ Tensor plain_linear(Graph& g, TensorId x, const Tensor& w, const Tensor& b) {
 }
 
 namespace {
+
+// plain_linear per head block (see folded_linear): the bias goes with head 0's block.
+Tensor heads_linear(Graph& g, TensorId x, const Tensor& w, const Tensor& b, int64_t heads) {
+  if (heads == 1) return plain_linear(g, x, w, b);
+  const int64_t k = g.tensor(x).shape.last() / heads;
+  std::vector<Tensor> parts;
+  for (int64_t h = 0; h < heads; ++h)
+    parts.push_back(plain_linear(g, narrow(Tensor(&g, x), -1, h * k, k).id(), narrow(w, 0, h * k, k),
+                                 h == 0 ? b : Tensor()));
+  return concat(parts, -1);
+}
 
 // Rows the product x·W costs when folded into x's embedding tables (at most x's own rows).
 int64_t folded_rows(const Graph& g, TensorId x, int depth) {
@@ -37,12 +49,13 @@ int64_t folded_rows(const Graph& g, TensorId x, int depth) {
 
 }  // namespace
 
-Tensor folded_linear(Graph& g, TensorId x, const Tensor& w, const Tensor& b, int depth) {
-  if (folded_rows(g, x, depth) >= g.tensor(x).shape.rows()) return plain_linear(g, x, w, b);
+Tensor folded_linear(Graph& g, TensorId x, const Tensor& w, const Tensor& b, int depth, int64_t heads) {
+  if (folded_rows(g, x, depth) >= g.tensor(x).shape.rows()) return heads_linear(g, x, w, b, heads);
   const Node n = g.nodes()[static_cast<size_t>(g.producer(x))];  // a copy: apply() appends
   if (n.op == OpKind::kEmbedding) {  // table[ids]·W + b = (table·W + b)[ids] (+ addend·W)
-    const Tensor projected = plain_linear(g, n.in[0], w, b);
-    const TensorId addend = n.in[2] != kNoTensor ? folded_linear(g, n.in[2], w, Tensor(), depth + 1).id() : kNoTensor;
+    const Tensor projected = heads_linear(g, n.in[0], w, b, heads);
+    const TensorId addend =
+        n.in[2] != kNoTensor ? folded_linear(g, n.in[2], w, Tensor(), depth + 1, heads).id() : kNoTensor;
     return g.apply(OpKind::kEmbedding, {projected.id(), n.in[1], addend})[0];
   }
   // (a + c)·W + b = (a·W + b) + c·W; a is the full-shape operand, c may broadcast.
@@ -53,11 +66,11 @@ Tensor folded_linear(Graph& g, TensorId x, const Tensor& w, const Tensor& b, int
       folded_rows(g, n.in[0], depth + 1) < g.tensor(n.in[0]).shape.rows()) {
     // a = table[ids]: one lookup adds c·W on the way, (table·W + b)[ids] + c·W.
     const Node lookup = g.nodes()[static_cast<size_t>(pa)];
-    const Tensor projected = plain_linear(g, lookup.in[0], w, b);
-    const Tensor addend = folded_linear(g, n.in[1], w, Tensor(), depth + 1);
+    const Tensor projected = heads_linear(g, lookup.in[0], w, b, heads);
+    const Tensor addend = folded_linear(g, n.in[1], w, Tensor(), depth + 1, heads);
     return g.apply(OpKind::kEmbedding, {projected.id(), lookup.in[1], addend.id()})[0];
   }
-  return folded_linear(g, n.in[0], w, b, depth + 1) + folded_linear(g, n.in[1], w, Tensor(), depth + 1);
+  return folded_linear(g, n.in[0], w, b, depth + 1, heads) + folded_linear(g, n.in[1], w, Tensor(), depth + 1, heads);
 }
 
 void Graph::optimize_for_inference() {
@@ -69,6 +82,8 @@ void Graph::optimize_for_inference() {
   if (fuse_elementwise_) fuse_elementwise(kNoTensor);
   if (fold_embedding_projections_) fold_lookup_addends();
   if (fuse_elementwise_) fuse_residual_relu();
+  if (fuse_elementwise_) fuse_attention_addends();
+  if (fold_embedding_projections_) index_attention_lookups();
   hoist_unbatched_nodes();
 }
 
@@ -98,7 +113,7 @@ void erase_dead(std::vector<Node>& nodes, const std::vector<bool>& dead) {
 
 }  // namespace
 
-void Graph::fold_attention_values() {
+void Graph::fold_attention_values(bool heads_summed) {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node lin = nodes_[i];  // copies: the pass appends nodes
     if (lin.op != OpKind::kLinear || lin.in.size() != 3 || lin.attrs.relu || lin.accumulate != 0) continue;
@@ -106,19 +121,25 @@ void Graph::fold_attention_values() {
     const int64_t pa = producer(a);
     if (pa < 0 || uses(a, kNoTensor) != 1 || tensor(w).batched || (b != kNoTensor && tensor(b).batched)) continue;
     const Node att = nodes_[static_cast<size_t>(pa)];
-    if (att.op != OpKind::kAttention || att.out[0] != a || att.attrs.heads != 1) continue;
+    if (att.op != OpKind::kAttention || att.out[0] != a || att.attrs.sum_heads || att.attrs.relu ||
+        att.accumulate != 0)
+      continue;
     // The attention moves to the Linear's place: nothing in between may read its maps.
     if (uses(att.out[1], kNoTensor) > 1) continue;
     const TensorId v = att.in[2];
     if (uses(v, kNoTensor) != 1 || tensor(v).keep || tensor(v).shape.rank != 3) continue;
-    // Products per query row: Tk·dv + dv·N before, Tk·N after; V·W from the tables.
-    const int64_t tk = tensor(v).shape[1], dv = tensor(v).shape[2], n = tensor(w).shape[1];
-    if (tk * n >= tk * dv + dv * n) continue;
+    // Products per query row, per head h (dv its value columns, W_h those rows of W): before,
+    // H·Tk·dv + H·dv·N; after, Σ_h P_h·(V_h·W_h): H·Tk·N, plus H·N adding up the heads.
+    const int64_t heads = att.attrs.heads;
+    if (heads > 1 && !heads_summed) continue;
+    const int64_t tk = tensor(v).shape[1], dv = tensor(v).shape[2] / heads, n = tensor(w).shape[1];
+    if (heads * tk * n + (heads > 1 ? heads * n : 0) >= heads * tk * dv + heads * dv * n) continue;
     if (folded_rows(*this, v, 0) >= tensor(v).shape.rows()) continue;
     const size_t first_new = nodes_.size();
-    const Tensor v_projected = folded_linear(*this, v, Tensor(this, w), Tensor(this, b), 0);
-    Node mixed = att;  // P·(V·W + b), written into the Linear's output; the same maps
+    const Tensor v_projected = folded_linear(*this, v, Tensor(this, w), Tensor(this, b), 0, heads);
+    Node mixed = att;  // Σ_h P_h·(V_h·W_h (+ b for h = 0)), written into the Linear's output; the same maps
     mixed.in[2] = v_projected.id();
+    mixed.attrs.sum_heads = heads > 1;
     mixed.out = {lin.out[0], att.out[1]};
     std::vector<Node> added(nodes_.begin() + static_cast<std::ptrdiff_t>(first_new), nodes_.end());
     nodes_.resize(first_new);
@@ -187,6 +208,127 @@ void Graph::fuse_residual_relu() {
   }
   erase_dead(nodes_, dead);
   forward_nodes_ = nodes_.size();
+}
+
+void Graph::fuse_attention_addends() {
+  std::vector<bool> dead(nodes_.size(), false);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& sum = nodes_[i];
+    if (dead[i] || sum.op != OpKind::kAdd || sum.in.size() != 2) continue;
+    for (int k = 0; k < 2; ++k) {
+      const TensorId y = sum.in[static_cast<size_t>(k)], r = sum.in[static_cast<size_t>(1 - k)];
+      const int64_t p = producer(y), q = producer(r);
+      if (p < 0 || q < 0 || q > p || y == r || uses(y, kNoTensor) != 1 || uses(r, kNoTensor) != 1 || tensor(r).keep)
+        continue;
+      const Node& att = nodes_[static_cast<size_t>(p)];
+      const Node& lookup = nodes_[static_cast<size_t>(q)];
+      if (att.op != OpKind::kAttention || (!att.attrs.sum_heads && att.attrs.heads != 1) || att.attrs.relu ||
+          att.attrs.indexed || att.accumulate != 0 ||
+          att.out[0] != y)
+        continue;
+      if (lookup.op != OpKind::kEmbedding || lookup.out[0] != r) continue;
+      const TensorDesc &dy = tensor(y), &dr = tensor(r);
+      if (dy.shape != dr.shape || dy.batched != dr.batched || dy.dtype != dr.dtype) continue;
+      // relu(y + r) when a ReLU is the sum's only reader.
+      TensorId z = sum.out[0];
+      int64_t relu = -1;
+      if (uses(z, kNoTensor) == 1)
+        for (size_t j = i + 1; j < nodes_.size() && relu < 0; ++j)
+          if (nodes_[j].op == OpKind::kRelu && nodes_[j].in[0] == z) relu = static_cast<int64_t>(j);
+      if (relu >= 0) {
+        z = nodes_[static_cast<size_t>(relu)].out[0];
+        dead[static_cast<size_t>(relu)] = true;
+      }
+      // The lookup writes r into z, the attention adds its heads to it (and applies the ReLU).
+      nodes_[static_cast<size_t>(q)].out[0] = z;
+      Node& a = nodes_[static_cast<size_t>(p)];
+      a.out[0] = z;
+      a.accumulate |= 1u;
+      a.attrs.relu = relu >= 0;
+      dead[i] = true;
+      break;
+    }
+  }
+  erase_dead(nodes_, dead);
+  forward_nodes_ = nodes_.size();
+}
+
+void Graph::index_attention_lookups() {
+  constexpr int64_t kMaxTableBytes = int64_t{1} << 20;  // all four tables of one attention
+  constexpr int64_t kMaxPositions = 16;                  // the kernels' short path
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i].op != OpKind::kAttention || nodes_[i].attrs.indexed || nodes_[i].in.size() != 4) continue;
+    const Node att = nodes_[i];  // a copy: apply() appends nodes
+    const TensorDesc& qd = tensor(att.in[0]);
+    if (qd.shape.rank != 3 || qd.shape[1] > kMaxPositions || tensor(att.in[1]).shape[1] != qd.shape[1]) continue;
+    const int64_t t = qd.shape[1];
+    // q, k, v, and the output's starting value: lookups table[ids] (+ pos) of the same ids.
+    int64_t at[4] = {-1, -1, -1, -1};
+    TensorId ids = kNoTensor;
+    int64_t vocab = -1, bytes = 0;
+    auto usable = [&](int64_t p) {
+      if (p < 0) return false;
+      const Node& e = nodes_[static_cast<size_t>(p)];
+      if (e.op != OpKind::kEmbedding || e.in.size() != 3) return false;
+      const TensorDesc &table = tensor(e.in[0]), &id = tensor(e.in[1]);
+      if (table.batched || table.shape.rank != 2 || !id.batched || id.shape.rank != 2 || id.shape[1] != t) return false;
+      if (e.in[2] != kNoTensor && tensor(e.in[2]).batched) return false;
+      if (ids == kNoTensor) ids = e.in[1], vocab = table.shape[0];
+      if (e.in[1] != ids || table.shape[0] != vocab) return false;
+      bytes += vocab * t * table.shape[1] * 4;
+      return true;
+    };
+    bool ok = true;
+    for (int x = 0; x < 3 && ok; ++x) {
+      const TensorId in = att.in[static_cast<size_t>(x)];
+      at[x] = producer(in);
+      ok = usable(at[x]) && uses(in, kNoTensor) == 1 && !tensor(in).keep;
+    }
+    if (ok && att.accumulates(0)) {  // the lookup that wrote the output first (fuse_attention_addends)
+      for (size_t j = i; j-- > 0 && at[3] < 0;)
+        for (TensorId o : nodes_[j].out)
+          if (o == att.out[0]) at[3] = static_cast<int64_t>(j);
+      ok = usable(at[3]) && nodes_[static_cast<size_t>(at[3])].out.size() == 1;
+    }
+    if (!ok || bytes > kMaxTableBytes) continue;
+    const size_t first_new = nodes_.size();
+    const TensorId rows = pair_rows(vocab, t).id();
+    TensorId tables[4] = {kNoTensor, kNoTensor, kNoTensor, kNoTensor};
+    for (int x = 0; x < 4; ++x) {
+      if (at[x] < 0) continue;
+      const Node e = nodes_[static_cast<size_t>(at[x])];  // table[v] + pos[t] for every (v, t)
+      tables[x] = apply(OpKind::kEmbedding, {e.in[0], rows, e.in[2]})[0].id();
+    }
+    // softmax(scale·S) over all of S, every score of the tables' rows, when there are fewer of
+    // those than scores per call: a sequence's probabilities are then lookups of it,
+    // normalized (the products Q·Kᵀ, the exponentials and the maxima of each call disappear).
+    const int64_t heads = att.attrs.heads, table_rows = vocab * t, dh = qd.shape[2] / heads;
+    TensorId scores = kNoTensor;
+    if (heads * table_rows * table_rows * 4 <= kMaxTableBytes / 2 && table_rows * table_rows < qd.shape[0] * t * t) {
+      auto per_head = [&](TensorId x) {  // [V, T, H·dh] → [H, V·T, dh]
+        return transpose(reshape(Tensor(this, x), Shape{table_rows, heads, dh}), 0, 1);
+      };
+      SoftmaxOptions so;
+      so.scale = att.attrs.scale;
+      scores = softmax(matmul(per_head(tables[0]), per_head(tables[1]), false, true), so).id();
+    }
+    Node ix = att;
+    ix.in = {tables[0], tables[1], tables[2], att.in[3], ids, tables[3], scores};
+    ix.attrs.indexed = true;
+    ix.accumulate &= ~1u;
+    std::vector<Node> added(nodes_.begin() + static_cast<std::ptrdiff_t>(first_new), nodes_.end());
+    nodes_.resize(first_new);
+    nodes_[i] = std::move(ix);
+    nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(i), added.begin(), added.end());
+    std::vector<int64_t> gone;
+    for (int64_t p : at)
+      if (p >= 0) gone.push_back(p);
+    std::sort(gone.begin(), gone.end());
+    gone.erase(std::unique(gone.begin(), gone.end()), gone.end());
+    for (size_t g = gone.size(); g-- > 0;) nodes_.erase(nodes_.begin() + gone[g]);
+    i = i + added.size() - gone.size();
+    forward_nodes_ = nodes_.size();
+  }
 }
 
 void Graph::hoist_unbatched_nodes() {

@@ -236,11 +236,207 @@ HWY_NOINLINE void ShortScores(DT dt, const float* q, const float* k, float* scor
 template <class DH>
 HWY_NOINLINE void ShortValues(DH dhd, const float* probs, const float* v, float* y, const AttentionDims& m,
                               int64_t p0, int64_t p1) {
-  const int64_t N = LanesOf(dhd);
+  const int64_t N = LanesOf(dhd), ldy = m.y_row();
+  const auto zero = hn::Zero(dhd);
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t b = p / m.heads, h = p % m.heads;
+    float* yp = y + b * m.tq * ldy + h * m.y_head();
     RowsTimesMatrix(dhd, m.tq, m.dvh / N, probs + p * m.tq * m.tk, m.tk, 1, m.tk, v + b * m.tk * m.dv + h * m.dvh,
-                    m.dv, y + b * m.tq * m.dv + h * m.dvh, m.dv, false);
+                    m.dv, yp, ldy, m.y_add(h));
+    if (!m.relu || !m.y_last(h)) continue;
+    for (int64_t i = 0; i < m.tq; ++i)  // (dvh is whole vectors here)
+      for (int64_t c = 0; c < m.dvh; c += N) {
+        float* o = yp + i * ldy + c;
+        hn::StoreU(hn::Max(hn::LoadU(dhd, o), zero), dhd, o);
+      }
+  }
+}
+
+// The indexed forward (AttentionDims::ids): q, k, v rows are read from per-(token, position)
+// tables. Scores: each head's q and k rows are copied into stack tiles, then as ShortScores.
+constexpr int64_t kMaxIndexedRows = 256;  // heads · tk value rows of one batch entry
+
+template <class DT>
+HWY_NOINLINE void IndexedScores(DT dt, const float* q, const float* k, float* scores, const AttentionDims& m,
+                                int64_t b0, int64_t b1) {
+  const int64_t N = LanesOf(dt);
+  const int64_t tkp = (m.tk + N - 1) / N * N, tt = m.tq * m.tk;
+  const size_t row_bytes = static_cast<size_t>(m.dh) * sizeof(float);
+  HWY_ALIGN float qh[kMaxKeys * kMaxHeadDim];  // the head's q rows, [tq, dh]
+  HWY_ALIGN float kh[kMaxKeys * kMaxHeadDim];  // and k rows, [tk, dh]
+  HWY_ALIGN float kt[kMaxHeadDim * kMaxKeys];  // Kᵀ, [dh, tkp]
+  HWY_ALIGN float st[kMaxKeys * kMaxKeys];     // S with padded rows, [tq, tkp]
+  int64_t rows[kMaxKeys];
+  for (int64_t b = b0; b < b1; ++b) {
+    for (int64_t t = 0; t < m.tq; ++t) rows[t] = m.table_row(b, t);
+    for (int64_t h = 0; h < m.heads; ++h) {
+      for (int64_t t = 0; t < m.tq; ++t) {
+        std::memcpy(qh + t * m.dh, q + rows[t] * m.d + h * m.dh, row_bytes);
+        std::memcpy(kh + t * m.dh, k + rows[t] * m.d + h * m.dh, row_bytes);
+      }
+      TransposeTile(dt, kh, m.dh, m.tk, m.dh, kt, tkp, tkp);
+      RowsTimesMatrix(dt, m.tq, tkp / N, qh, m.dh, 1, m.dh, kt, tkp, st, tkp, false);
+      float* out = scores + (b * m.heads + h) * tt;
+      for (int64_t i = 0; i < m.tq; ++i) std::memcpy(out + i * m.tk, st + i * tkp, static_cast<size_t>(m.tk) * 4);
+    }
+  }
+}
+
+// Probabilities of batch entries [b0, b1) from the table (AttentionDims::score_table):
+// p_ij = E[r_i, c_j] / Σ_j E[r_i, c_j] over the allowed keys, TK = tk keys (at most
+// kMaxKeys), unrolled: the entries stay in registers (16-lane gathers, and vectors loaded
+// from a row buffer, were slower on Zen 4). A row whose allowed keys all underflowed in the
+// table (or that has none) sends its (sequence, head) block to the plain softmax, its scores
+// computed from the q and k rows.
+template <int TK>
+HWY_NOINLINE void TableProbs(const float* q, const float* k, float* probs, const AttentionDims& m,
+                             const AttentionMasking& mk, int64_t b0, int64_t b1) {
+  const int64_t tt = m.tq * TK, R = m.table_rows;
+  const bool masked = mk.mask || mk.causal;
+  int64_t keys[TK];
+  for (int64_t b = b0; b < b1; ++b) {
+    for (int j = 0; j < TK; ++j) keys[j] = m.table_row(b, j);
+    const uint8_t* mb = mk.mask ? mk.mask + b * tt : nullptr;
+    for (int64_t h = 0; h < m.heads; ++h) {
+      const float* table = m.score_table + h * R * R;
+      float* HWY_RESTRICT out = probs + (b * m.heads + h) * tt;
+      bool exact = false;
+      for (int64_t i = 0; i < m.tq; ++i) {
+        const float* HWY_RESTRICT row = table + m.table_row(b, i) * R;
+        float vals[TK];
+        for (int j = 0; j < TK; ++j) vals[j] = row[keys[j]];
+        if (masked)
+          for (int j = 0; j < TK; ++j)
+            if ((mk.causal && j > i) || (mb && mb[i * TK + j])) vals[j] = 0.0f;
+        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int j = 0; j < TK; ++j) part[j % 4] += vals[j];
+        const float sum = (part[0] + part[1]) + (part[2] + part[3]);
+        if (!(sum >= 1e-30f)) {
+          exact = true;
+          break;
+        }
+        const float inv = 1.0f / sum;
+        for (int j = 0; j < TK; ++j) out[i * TK + j] = vals[j] * inv;
+      }
+      if (!exact) continue;
+      for (int64_t i = 0; i < m.tq; ++i)
+        for (int j = 0; j < TK; ++j) {
+          const float* qr = q + m.table_row(b, i) * m.d + h * m.dh;
+          const float* kr = k + keys[j] * m.d + h * m.dh;
+          float s = 0.0f;
+          for (int64_t c = 0; c < m.dh; ++c) s += qr[c] * kr[c];
+          out[i * TK + j] = s;
+        }
+      SoftmaxMask mask;
+      mask.data = mb;
+      mask.causal = mk.causal;
+      softmax_forward(out, out, 1, m.tq, TK, mk.scale, mask);
+    }
+  }
+}
+
+template <int TK>
+HWY_INLINE void TableProbsUpTo(const float* q, const float* k, float* probs, const AttentionDims& m,
+                               const AttentionMasking& mk, int64_t b0, int64_t b1) {
+  if (m.tk == TK) return TableProbs<TK>(q, k, probs, m, mk, b0, b1);
+  if constexpr (TK > 1) TableProbsUpTo<TK - 1>(q, k, probs, m, mk, b0, b1);
+}
+
+// out[r·ldo + col + v·N + lane] = start_r + Σ_{h < heads} Σ_{l < tk} coef[h·hs + r·tk + l] ·
+// vrows[h·tk + l][col + v·N + lane] for r < R, v < V (start_r: srows[r][scol + col + …] or 0),
+// then max(·, 0) with relu. One FMA chain per element, in the same order for any blocking.
+template <int R, int V, class D>
+HWY_INLINE void SummedBlock(D d, const float* HWY_RESTRICT coef, int64_t hs, int64_t tk, int64_t heads,
+                            const float* const* vrows, int64_t col, const float* const* srows, int64_t scol,
+                            float* HWY_RESTRICT out, int64_t ldo, bool relu) {
+  const int64_t N = LanesOf(d);
+  hn::Vec<D> acc[R][V];
+  if (srows) {
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < V; ++v) acc[r][v] = hn::LoadU(d, srows[r] + scol + col + v * N);
+  } else {
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < V; ++v) acc[r][v] = hn::Zero(d);
+  }
+  for (int64_t h = 0; h < heads; ++h) {
+    const float* ph = coef + h * hs;
+    const float* const* vr = vrows + h * tk;
+    for (int64_t l = 0; l < tk; ++l) {
+      hn::Vec<D> row[V];
+      for (int v = 0; v < V; ++v) row[v] = hn::LoadU(d, vr[l] + col + v * N);
+      for (int r = 0; r < R; ++r) {
+        const auto c = hn::Set(d, ph[r * tk + l]);
+        for (int v = 0; v < V; ++v) acc[r][v] = hn::MulAdd(c, row[v], acc[r][v]);
+      }
+    }
+  }
+  if (relu) {
+    const auto zero = hn::Zero(d);
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < V; ++v) acc[r][v] = hn::Max(acc[r][v], zero);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) hn::StoreU(acc[r][v], d, out + r * ldo + col + v * N);
+}
+
+// Register blocks: 32 vector registers where vectors have 16 lanes (AVX-512), else 16.
+constexpr int kSummedRows = kMaxLanes >= 16 ? 4 : 2;
+constexpr int kSummedVecs = 4;
+
+template <int R, class D>
+HWY_INLINE void SummedRowBlock(D d, int64_t vecs, const float* coef, int64_t hs, int64_t tk, int64_t heads,
+                               const float* const* vrows, const float* const* srows, int64_t scol, float* out,
+                               int64_t ldo, bool relu) {
+  const int64_t N = LanesOf(d);
+  int64_t v = 0;
+  for (; v + kSummedVecs <= vecs; v += kSummedVecs)
+    SummedBlock<R, kSummedVecs>(d, coef, hs, tk, heads, vrows, v * N, srows, scol, out, ldo, relu);
+  switch (vecs - v) {
+    case 1: return SummedBlock<R, 1>(d, coef, hs, tk, heads, vrows, v * N, srows, scol, out, ldo, relu);
+    case 2: return SummedBlock<R, 2>(d, coef, hs, tk, heads, vrows, v * N, srows, scol, out, ldo, relu);
+    case 3: return SummedBlock<R, 3>(d, coef, hs, tk, heads, vrows, v * N, srows, scol, out, ldo, relu);
+    default: return;
+  }
+}
+
+// `rows` query rows of `vecs` vectors, see SummedBlock (coef: the first row's; srows: one
+// pointer per row or nullptr).
+template <class D>
+HWY_NOINLINE void SummedRows(D d, int64_t rows, int64_t vecs, const float* coef, int64_t hs, int64_t tk,
+                             int64_t heads, const float* const* vrows, const float* const* srows, int64_t scol,
+                             float* out, int64_t ldo, bool relu) {
+  constexpr int R = kSummedRows;
+  int64_t r = 0;
+  for (; r + R <= rows; r += R)
+    SummedRowBlock<R>(d, vecs, coef + r * tk, hs, tk, heads, vrows, srows ? srows + r : nullptr, scol,
+                      out + r * ldo, ldo, relu);
+  for (; r < rows; ++r)
+    SummedRowBlock<1>(d, vecs, coef + r * tk, hs, tk, heads, vrows, srows ? srows + r : nullptr, scol,
+                      out + r * ldo, ldo, relu);
+}
+
+template <class DH>
+HWY_NOINLINE void IndexedValues(DH dhd, const float* probs, const float* v, float* y, const AttentionDims& m,
+                                int64_t b0, int64_t b1) {
+  const int64_t N = LanesOf(dhd), ldy = m.y_row(), tt = m.tq * m.tk, vecs = m.dvh / N;
+  const float* vrows[kMaxIndexedRows];
+  const float* srows[kMaxKeys];
+  for (int64_t b = b0; b < b1; ++b) {
+    for (int64_t l = 0; l < m.tk; ++l) {
+      const float* row = v + m.table_row(b, l) * m.dv;
+      for (int64_t h = 0; h < m.heads; ++h) vrows[h * m.tk + l] = row + h * m.dvh;
+    }
+    if (m.start)
+      for (int64_t r = 0; r < m.tq; ++r) srows[r] = m.start + m.table_row(b, r) * ldy;
+    const float* pb = probs + b * m.heads * tt;
+    float* yb = y + b * m.tq * ldy;
+    if (m.sum_heads) {
+      SummedRows(dhd, m.tq, vecs, pb, tt, m.tk, m.heads, vrows, m.start ? srows : nullptr, 0, yb, ldy, m.relu);
+      continue;
+    }
+    for (int64_t h = 0; h < m.heads; ++h)
+      SummedRows(dhd, m.tq, vecs, pb + h * tt, tt, m.tk, 1, vrows + h * m.tk, m.start ? srows : nullptr,
+                 h * m.dvh, yb + h * m.dvh, ldy, m.relu);
   }
 }
 
@@ -287,6 +483,29 @@ bool AttentionShortValues(const float* probs, const float* v, float* y, const At
   return WithTags(m.tq, m, [&](auto, auto dhd) { ShortValues(dhd, probs, v, y, m, p0, p1); });
 }
 
+bool AttentionIndexedFits(const AttentionDims& m) {
+  if (m.tq != m.tk || m.tk > kMaxKeys || m.heads * m.tk > kMaxIndexedRows || m.accumulate) return false;
+  bool scores = m.score_table != nullptr, values = false;
+  WithTags(m.tk, m, [&](auto, auto) { scores = true; });
+  WithTags(m.tq, m, [&](auto, auto) { values = true; });
+  return scores && values;
+}
+
+void AttentionIndexedScores(const float* q, const float* k, float* scores, const AttentionDims& m, int64_t b0,
+                            int64_t b1) {
+  WithTags(m.tk, m, [&](auto dt, auto) { IndexedScores(dt, q, k, scores, m, b0, b1); });
+}
+
+void AttentionIndexedTableProbs(const float* q, const float* k, float* probs, const AttentionDims& m,
+                                const AttentionMasking& mk, int64_t b0, int64_t b1) {
+  TableProbsUpTo<kMaxKeys>(q, k, probs, m, mk, b0, b1);  // (1 <= tk <= kMaxKeys: Fits)
+}
+
+void AttentionIndexedValues(const float* probs, const float* v, float* y, const AttentionDims& m, int64_t b0,
+                            int64_t b1) {
+  WithTags(m.tq, m, [&](auto, auto dhd) { IndexedValues(dhd, probs, v, y, m, b0, b1); });
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace attnkit
 HWY_AFTER_NAMESPACE();
@@ -296,6 +515,25 @@ namespace attnkit {
 HWY_EXPORT(AttentionShortBackward);
 HWY_EXPORT(AttentionShortScores);
 HWY_EXPORT(AttentionShortValues);
+HWY_EXPORT(AttentionIndexedFits);
+HWY_EXPORT(AttentionIndexedScores);
+HWY_EXPORT(AttentionIndexedValues);
+HWY_EXPORT(AttentionIndexedTableProbs);
+
+void attention_indexed_table_probs(const float* q, const float* k, float* probs, const AttentionDims& m,
+                                   const AttentionMasking& mk, int64_t b0, int64_t b1) {
+  HWY_DYNAMIC_DISPATCH(AttentionIndexedTableProbs)(q, k, probs, m, mk, b0, b1);
+}
+
+bool attention_indexed_fits(const AttentionDims& m) { return HWY_DYNAMIC_DISPATCH(AttentionIndexedFits)(m); }
+void attention_indexed_scores(const float* q, const float* k, float* scores, const AttentionDims& m, int64_t b0,
+                              int64_t b1) {
+  HWY_DYNAMIC_DISPATCH(AttentionIndexedScores)(q, k, scores, m, b0, b1);
+}
+void attention_indexed_values(const float* probs, const float* v, float* y, const AttentionDims& m, int64_t b0,
+                              int64_t b1) {
+  HWY_DYNAMIC_DISPATCH(AttentionIndexedValues)(probs, v, y, m, b0, b1);
+}
 
 bool attention_short_scores(const float* q, const float* k, float* scores, const AttentionDims& m,
                             int64_t p0, int64_t p1) {

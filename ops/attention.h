@@ -16,6 +16,27 @@ struct AttentionDims {
   int64_t heads = 1, tq = 0, tk = 0;
   int64_t d = 0, dv = 0;    // row widths of q/k and of v/y (all heads)
   int64_t dh = 0, dvh = 0;  // per head: d / heads, dv / heads
+  // Forward only (inference graphs, see Graph::fold_attention_values): sum_heads: y is
+  // [B, tq, dvh], the sum of the heads' outputs (a range of products then covers whole batch
+  // entries); accumulate: y's contents are added to; relu: max(·, 0) once a block of y has
+  // its last contribution. dh and dvh may differ.
+  bool sum_heads = false, accumulate = false, relu = false;
+  // Indexed (inference, Graph::index_attention_lookups): q, k, v are tables [V, T, d or dv]
+  // with T = tq = tk, and row t of batch entry b is row ids[b·T + t]·T + t of each; start
+  // (optional, with the same rows, y_row() wide) is y's starting value. accumulate is then off.
+  const int32_t* ids = nullptr;
+  const float* start = nullptr;
+  // Optional with ids: softmax(scale·S) over every row of S, the scores of all the tables'
+  // rows, [heads, R, R] with R = table_rows (= V·T): S[h, a, c] is the score of query row a
+  // and key row c of head h. A sequence's probabilities are then its rows' entries over their
+  // sum (the rest of the table row's normalization cancels).
+  const float* score_table = nullptr;
+  int64_t table_rows = 0;
+  int64_t table_row(int64_t b, int64_t t) const { return static_cast<int64_t>(ids[b * tq + t]) * tq + t; }
+  int64_t y_row() const { return sum_heads ? dvh : dv; }       // y's row width
+  int64_t y_head() const { return sum_heads ? 0 : dvh; }       // head h's columns start at h·y_head()
+  bool y_add(int64_t h) const { return accumulate || (sum_heads && h > 0); }
+  bool y_last(int64_t h) const { return !sum_heads || h == heads - 1; }
 };
 
 // The forward's scale, and which of its scores were forbidden.
@@ -43,6 +64,18 @@ bool attention_short_scores(const float* q, const float* k, float* scores, const
                             int64_t p0, int64_t p1);
 bool attention_short_values(const float* probs, const float* v, float* y, const AttentionDims& m,
                             int64_t p0, int64_t p1);
+
+// The indexed forward's short path (m.ids set; ranges of whole batch entries [b0, b1)):
+// whether it takes the dims, the scores (as attention_short_scores) and y = Σ_h P_h·V_h
+// (+ start, relu'd; see AttentionDims) with the value rows read from the table.
+bool attention_indexed_fits(const AttentionDims& m);
+void attention_indexed_scores(const float* q, const float* k, float* scores, const AttentionDims& m, int64_t b0,
+                              int64_t b1);
+// Probabilities from m.score_table (set), masked as mk says, for batch entries [b0, b1).
+void attention_indexed_table_probs(const float* q, const float* k, float* probs, const AttentionDims& m,
+                                   const AttentionMasking& mk, int64_t b0, int64_t b1);
+void attention_indexed_values(const float* probs, const float* v, float* y, const AttentionDims& m, int64_t b0,
+                              int64_t b1);
 
 // Any dims (ops/attention_products.cc): products [p0, p1) of the forward — probs =
 // softmax(scale·Q·Kᵀ, masked), y = probs·V (both overwritten) — through the short path when

@@ -2,6 +2,7 @@
 // ops/attention.cc where the dims fit it, GEMM calls one (batch, head) product at a time
 // otherwise. The graph op (engine/op_attention.cc) hands each thread a range of products.
 #include <algorithm>
+#include <vector>
 
 #include "ops/attention.h"
 #include "ops/elementwise.h"
@@ -31,6 +32,43 @@ void for_each_mask_run(const AttentionDims& m, const AttentionMasking& mk, int64
   }
 }
 
+// y (+)= P·V of product p, with y's layout and ReLU as m says (see AttentionDims).
+void values_gemm(const float* probs, const float* v, float* y, const AttentionDims& m, int64_t p) {
+  const int64_t b = p / m.heads, h = p % m.heads, ldy = m.y_row();
+  float* yp = y + b * m.tq * ldy + h * m.y_head();
+  sgemm_slice(false, false, m.tq, m.dvh, m.tk, 1.0f, probs + p * m.tq * m.tk, m.tk, v + b * m.tk * m.dv + h * m.dvh,
+              m.dv, m.y_add(h) ? 1.0f : 0.0f, yp, ldy, Slice{});
+  if (m.relu && m.y_last(h))
+    for (int64_t i = 0; i < m.tq; ++i) relu_forward(yp + i * ldy, yp + i * ldy, m.dvh);
+}
+
+// The indexed forward for batch entries [b0, b1) outside the short path: each entry's rows
+// are copied out of the tables into contiguous tiles and the plain forward runs on them.
+void indexed_forward_tiles(const float* q, const float* k, const float* v, float* probs, float* y,
+                           const AttentionDims& m, const AttentionMasking& mk, int64_t b0, int64_t b1) {
+  thread_local std::vector<float> tiles;  // grows once: no allocation per call after the first
+  const size_t need = static_cast<size_t>(m.tq * m.d + m.tk * m.d + m.tk * m.dv);
+  if (tiles.size() < need) tiles.resize(need);
+  float *qt = tiles.data(), *kt = qt + m.tq * m.d, *vt = kt + m.tk * m.d;
+  AttentionDims plain = m;
+  plain.ids = nullptr;
+  plain.start = nullptr;
+  plain.accumulate = m.accumulate || m.start != nullptr;
+  const int64_t ldy = m.y_row(), tt = m.tq * m.tk;
+  for (int64_t b = b0; b < b1; ++b) {
+    for (int64_t t = 0; t < m.tq; ++t) {
+      const int64_t row = m.table_row(b, t);
+      std::copy_n(q + row * m.d, m.d, qt + t * m.d);
+      std::copy_n(k + row * m.d, m.d, kt + t * m.d);
+      std::copy_n(v + row * m.dv, m.dv, vt + t * m.dv);
+      if (m.start) std::copy_n(m.start + row * ldy, ldy, y + (b * m.tq + t) * ldy);
+    }
+    AttentionMasking mb = mk;
+    if (mk.mask) mb.mask = mk.mask + b * tt;
+    attention_forward(qt, kt, vt, probs + b * m.heads * tt, y + b * m.tq * ldy, plain, mb, 0, m.heads);
+  }
+}
+
 }  // namespace
 
 void attention_forward(const float* q, const float* k, const float* v, float* probs, float* y,
@@ -41,16 +79,23 @@ void attention_forward(const float* q, const float* k, const float* v, float* pr
       softmax_forward(probs + a * tt, probs + a * tt, b - a, m.tq, m.tk, mk.scale, mask);
     });
   };
+  if (m.ids) {  // (whole batch entries)
+    const int64_t b0 = p0 / m.heads, b1 = p1 / m.heads;
+    if (!attention_indexed_fits(m)) return indexed_forward_tiles(q, k, v, probs, y, m, mk, b0, b1);
+    if (m.score_table) {
+      attention_indexed_table_probs(q, k, probs, m, mk, b0, b1);
+    } else {
+      attention_indexed_scores(q, k, probs, m, b0, b1);
+      softmax_rows(p0, p1);
+    }
+    attention_indexed_values(probs, v, y, m, b0, b1);
+    return;
+  }
   if (attention_short_scores(q, k, probs, m, p0, p1)) {
     // Short rows: the softmax of all the range's rows at once (vectorized across rows).
     softmax_rows(p0, p1);
     if (attention_short_values(probs, v, y, m, p0, p1)) return;
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t b = p / m.heads, h = p % m.heads;
-      sgemm_slice(false, false, m.tq, m.dvh, m.tk, 1.0f, probs + p * tt, m.tk,
-                  v + b * m.tk * m.dv + h * m.dvh, m.dv, 0.0f, y + b * m.tq * m.dv + h * m.dvh,
-                  m.dv, Slice{});
-    }
+    for (int64_t p = p0; p < p1; ++p) values_gemm(probs, v, y, m, p);
     return;
   }
   // Long rows: one product at a time, so its scores are softmaxed and multiplied by V while
@@ -61,9 +106,7 @@ void attention_forward(const float* q, const float* k, const float* v, float* pr
     sgemm_slice(false, true, m.tq, m.tk, m.dh, 1.0f, q + b * m.tq * m.d + h * m.dh, m.d,
                 k + b * m.tk * m.d + h * m.dh, m.d, 0.0f, probs + p * tt, m.tk, Slice{});
     softmax_rows(p, p + 1);
-    sgemm_slice(false, false, m.tq, m.dvh, m.tk, 1.0f, probs + p * tt, m.tk,
-                v + b * m.tk * m.dv + h * m.dvh, m.dv, 0.0f, y + b * m.tq * m.dv + h * m.dvh, m.dv,
-                Slice{});
+    values_gemm(probs, v, y, m, p);
   }
 }
 

@@ -260,6 +260,61 @@ TEST_CASE("short attention forward products match a double reference") {
   });
 }
 
+// The inference form of Graph::fold_attention_values: value heads wider or narrower than the
+// query heads, the heads' outputs summed into one [B, tq, dvh] output, added to its contents
+// and ReLU'd, through attention_forward (the short path where it fits, else GEMM calls).
+TEST_CASE("attention forward sums heads of values wider than the query heads with accumulate and relu") {
+  test::for_each_simd_target([](const std::string&) {
+    Rng rng(13);
+    const Case cases[] = {
+        {3, 2, 10, 10, 16, 128, 0},  // neighbor-sum folded: 2 heads of 16, values 128 wide
+        {3, 4, 10, 10, 16, 40, 2},   // 4 heads, 8-lane value rows on AVX-512, causal
+        {2, 4, 10, 10, 8, 32, 1},    // a mask with a fully masked row
+        {2, 2, 9, 13, 16, 24, 3},
+        {2, 3, 10, 10, 8, 200, 0},   // too wide for the short path
+        {2, 2, 10, 10, 16, 10, 0},   // ragged value rows
+        {2, 1, 10, 10, 32, 64, 0},   // one head
+        {2, 2, 20, 20, 16, 48, 2},   // more keys than the short path takes
+    };
+    for (const Case& c : cases)
+      for (int mode = 0; mode < 4; ++mode) {  // bit 0 accumulate, bit 1 relu
+        const bool acc = (mode & 1) != 0, relu = (mode & 2) != 0;
+        INFO("b " << c.b << " h " << c.h << " tq " << c.tq << " tk " << c.tk << " dh " << c.dh << " dvh " << c.dvh
+                  << " mask " << c.mask << " accumulate " << acc << " relu " << relu);
+        Data x = make(c, rng);
+        x.m.sum_heads = true, x.m.accumulate = acc, x.m.relu = relu;
+        const bool causal = (c.mask & 2) != 0;
+        const float scale = 1.0f / std::sqrt(static_cast<float>(c.dh));
+        const AttentionMasking mk{scale, x.mask.empty() ? nullptr : x.mask.data(), causal};
+        const Reference want = reference(x, c.b, scale, causal);
+        std::vector<float> base(static_cast<size_t>(c.b * c.tq * c.dvh));
+        for (auto& e : base) e = static_cast<float>(rng.normal());
+        std::vector<float> y = acc ? base : std::vector<float>(base.size(), NAN);
+        std::vector<float> probs(want.probs.size(), NAN);
+        // Two ranges of whole batch entries.
+        const int64_t split = c.b / 2 * c.h;
+        attention_forward(x.q.data(), x.k.data(), x.v.data(), probs.data(), y.data(), x.m, mk, 0, split);
+        attention_forward(x.q.data(), x.k.data(), x.v.data(), probs.data(), y.data(), x.m, mk, split, c.b * c.h);
+        for (size_t i = 0; i < probs.size(); ++i) {
+          INFO("probs " << i);
+          REQUIRE(std::abs(probs[i] - want.probs[i]) <= 1e-5);
+        }
+        for (int64_t b = 0; b < c.b; ++b)
+          for (int64_t i = 0; i < c.tq; ++i)
+            for (int64_t e = 0; e < c.dvh; ++e) {
+              double w = acc ? base[size_t((b * c.tq + i) * c.dvh + e)] : 0.0;
+              for (int64_t h = 0; h < c.h; ++h)
+                for (int64_t j = 0; j < c.tk; ++j)
+                  w += want.probs[size_t(((b * c.h + h) * c.tq + i) * c.tk + j)] *
+                       x.v[size_t((b * c.tk + j) * x.m.dv + h * c.dvh + e)];
+              if (relu) w = std::max(w, 0.0);
+              INFO("y " << b << " " << i << " " << e);
+              REQUIRE(std::abs(y[size_t((b * c.tq + i) * c.dvh + e)] - w) <= 2e-5 + 2e-5 * std::abs(w));
+            }
+      }
+  });
+}
+
 TEST_CASE("short attention hands sequences it does not fit back to the general path") {
   std::vector<float> buf(1 << 16, 1.0f), out(1 << 16, -7.0f);
   const AttentionMasking mk{0.25f, nullptr, false};

@@ -17,6 +17,7 @@
 #include "engine/npy.h"
 #include "engine/npz.h"
 #include "engine/rng.h"
+#include "hwy_targets.h"
 #include "models/predictor.h"
 #include "models/tasks.h"
 #include "models/trainer.h"
@@ -57,6 +58,14 @@ std::vector<attnkit::ModelConfig> inference_configs() {
   attnkit::ModelConfig big = attnkit::lesson_config("reversal-large");
   big.vocab = big.classes = 12, big.seq_len = 12, big.d_model = 32, big.block_mlp = 64, big.heads = 2;
   out.push_back(big);
+  // Made-up multi-head models whose attention output feeds the MLP head (the multi-head value
+  // fold): 4 heads of 16 with 10 value columns per head (ragged for any vector), and 4 causal
+  // heads of 8 with 24 (8-lane rows on AVX-512).
+  attnkit::ModelConfig four = attnkit::lesson_config("neighbor-sum");
+  four.d_model = 64, four.heads = 4, four.mlp_hidden = 10;
+  out.push_back(four);
+  four.d_model = 32, four.mlp_hidden = 24, four.causal = true, four.task = "duplicates", four.vocab = 12, four.classes = 2;
+  out.push_back(four);
   return out;
 }
 
@@ -113,14 +122,25 @@ TEST_CASE("inference graphs fold lookups and fuse ReLUs and give the training gr
                      !infer.graph->tensor(node.in[1]).batched));
       }
     }
-    // One-head attention whose output feeds a Linear mixes projected values instead.
-    if (c.heads == 1 && c.layers == 1)
+    // Attention whose output feeds the MLP head mixes projected values instead (one head or
+    // several, their outputs summed), and adds them to the head's lookup and applies its ReLU.
+    if (c.layers == 1 && c.head == attnkit::HeadKind::kMlp && !c.pre_norm) {
+      int summed = 0;
       for (const attnkit::Node& node : infer.graph->nodes()) {
-        if (node.op != attnkit::OpKind::kLinear) continue;
-        const int64_t p = infer.graph->producer(node.in[0]);
-        const bool from_attention = p >= 0 && infer.graph->nodes()[static_cast<size_t>(p)].op == attnkit::OpKind::kAttention;
-        CHECK_FALSE(from_attention);
+        if (node.op == attnkit::OpKind::kAttention) {
+          CHECK(node.attrs.sum_heads == (c.heads > 1));
+          CHECK(node.attrs.relu);
+          // It starts from the head's lookup: added to it, or read from its table (indexed).
+          CHECK((node.accumulates(0) || (node.attrs.indexed && node.in[5] != attnkit::kNoTensor)));
+          ++summed;
+        }
+        if (node.op == attnkit::OpKind::kAdd || node.op == attnkit::OpKind::kRelu) {
+          const int64_t p = infer.graph->producer(node.in[0]);
+          CHECK_FALSE((p >= 0 && infer.graph->nodes()[static_cast<size_t>(p)].op == attnkit::OpKind::kAttention));
+        }
       }
+      CHECK(summed == 1);
+    }
     // The weights-only nodes come first.
     const size_t prefix = infer.graph->unbatched_prefix();
     for (size_t i = prefix; i < infer.graph->nodes().size(); ++i) {
@@ -129,6 +149,42 @@ TEST_CASE("inference graphs fold lookups and fuse ReLUs and give the training gr
       CHECK(batched);
     }
   }
+}
+
+TEST_CASE("indexed attention reads q k and v from per-token-and-position tables and looks scores up on every target") {
+  attnkit::test::for_each_simd_target([&](const std::string&) {
+    for (const attnkit::ModelConfig& c : inference_configs()) {
+      for (int64_t n : {int64_t{37}, int64_t{700}}) {
+        INFO(c.task << " layers " << c.layers << " heads " << c.heads << " batch " << n);
+        const attnkit::Model train = attnkit::build_model(c, n, /*with_backward=*/true);
+        const attnkit::Model infer = attnkit::build_model(c, n, /*with_backward=*/false);
+        attnkit::ExecutorOptions one{1, 5};
+        one.chunk_bytes = 0;
+        attnkit::Executor te(*train.graph, one), ie(*infer.graph, one);
+        const std::vector<int32_t> x = random_tokens(c, n, 23);
+        const std::vector<float> a = run_forward(te, train, x, n), b = run_forward(ie, infer, x, n);
+        REQUIRE(a.size() == b.size());
+        double worst = 0;
+        for (size_t i = 0; i < a.size(); ++i)
+          worst = std::max(worst, std::abs(double(a[i]) - b[i]) / (1.0 + std::abs(a[i])));
+        CHECK(worst < 2e-5);
+        // The first layer's q, k, v are lookups of the ids with positions: its attention is
+        // indexed; a score table once the scores of a call outnumber the table's (V·T)² (and
+        // it takes at most 512 KB).
+        int indexed = 0, tables = 0;
+        for (const attnkit::Node& node : infer.graph->nodes())
+          if (node.op == attnkit::OpKind::kAttention && node.attrs.indexed) {
+            ++indexed;
+            tables += node.in[6] != attnkit::kNoTensor;
+          }
+        if (c.pre_norm) continue;  // (LayerNorm first: no lookups in front of the attention)
+        CHECK(indexed == 1);
+        const int64_t rows = c.vocab * c.seq_len;
+        const bool small = c.heads * rows * rows * 4 <= 512 * 1024;
+        CHECK(tables == (small && rows * rows < n * c.seq_len * c.seq_len ? 1 : 0));
+      }
+    }
+  });
 }
 
 TEST_CASE("large batches run in chunks of rows with the whole batch's results and a chunk-sized arena") {
@@ -324,7 +380,10 @@ TEST_CASE("Predictor answers as the training graph's forward does and allocates 
     const attnkit::Prediction& r = q.predict(x.data() + start * 10, n);
     for (int64_t i = 0; i < n * 10; ++i) REQUIRE(r.predictions[i] == expected[static_cast<size_t>(start * 10 + i)]);
   }
-  CHECK(p.arena_bytes() < train_graph.executor().plan().arena_bytes);  // forward-only: no saved activations
+  // Forward-only: no saved activations, but the multi-head value fold (fold_attention_values)
+  // holds the projected values [B, T, heads·128] of neighbor-sum, twice the head's width, so the
+  // inference arena is within a quarter of the training graph's rather than below it.
+  CHECK(p.arena_bytes() * 4 < train_graph.executor().plan().arena_bytes * 5);
   std::vector<int32_t> bad(x.begin(), x.begin() + 10);
   bad[7] = 99;
   CHECK_THROWS_WITH(q.predict(bad.data(), 1), Catch::Contains("input 'ids', sequence 0, position 7: value 99 is outside [0, 10)"));
