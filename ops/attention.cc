@@ -41,9 +41,9 @@ using D8 = hn::CappedTag<float, 8>;
 
 constexpr int64_t kMaxKeys = 16;     // tk
 constexpr int64_t kMaxQueries = 64;  // tq
-constexpr int64_t kMaxVectors = 8;   // dh / Lanes and dvh / Lanes
+constexpr int64_t kMaxVectors = 8;   // sequence vectors (tq, tk padded), and a product's column block
 constexpr size_t kMaxLanes = hn::MaxLanes(DF());
-constexpr int64_t kMaxHeadDim = kMaxVectors * static_cast<int64_t>(kMaxLanes);
+constexpr int64_t kMaxHeadDim = 128;  // dh and dvh (whole vectors): 128 value columns of a folded head
 
 template <class D>
 HWY_INLINE int64_t LanesOf(D d) {
@@ -90,10 +90,13 @@ HWY_INLINE void RowsOf(D d, int64_t rows, const float* coef, int64_t crs, int64_
   for (; r < rows; ++r) RowsBlock<1, V>(d, coef + r * crs, crs, cls, len, mat, ms, out + r * ldo, ldo, add);
 }
 
-// `rows` rows of `vecs` (1..kMaxVectors) vectors of Lanes(d) each; see RowsBlock.
+// `rows` rows of `vecs` vectors of Lanes(d) each, in blocks of at most kMaxVectors; see RowsBlock.
 template <class D>
 HWY_NOINLINE void RowsTimesMatrix(D d, int64_t rows, int64_t vecs, const float* coef, int64_t crs, int64_t cls,
                                   int64_t len, const float* mat, int64_t ms, float* out, int64_t ldo, bool add) {
+  const int64_t N = LanesOf(d);
+  for (; vecs > kMaxVectors; vecs -= kMaxVectors, mat += kMaxVectors * N, out += kMaxVectors * N)
+    RowsOf<kMaxVectors>(d, rows, coef, crs, cls, len, mat, ms, out, ldo, add);
   switch (vecs) {
     case 1: return RowsOf<1>(d, rows, coef, crs, cls, len, mat, ms, out, ldo, add);
     case 2: return RowsOf<2>(d, rows, coef, crs, cls, len, mat, ms, out, ldo, add);
@@ -114,7 +117,7 @@ HWY_INLINE bool Fits(DT dt, DH dhd, const AttentionDims& m) {
   const int64_t tqp = (m.tq + NT - 1) / NT * NT, tkp = (m.tk + NT - 1) / NT * NT;
   return m.tk >= 1 && m.tk <= kMaxKeys && m.tq >= 1 && m.tq <= kMaxQueries && tqp / NT <= kMaxVectors &&
          tkp / NT <= kMaxVectors && m.dh % NH == 0 && m.dvh % NH == 0 && m.dh >= NH && m.dvh >= NH &&
-         m.dh / NH <= kMaxVectors && m.dvh / NH <= kMaxVectors;
+         m.dh <= kMaxHeadDim && m.dvh <= kMaxHeadDim;
 }
 
 // dst[c·ldd + r] = src[r·lds + c] for r < rows, c < cols, and zeros for r in [rows, pad_to).

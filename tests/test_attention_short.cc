@@ -119,7 +119,7 @@ int64_t lanes_of(const std::string& target) {
 
 // Whether the short path takes a case with sequence lanes wt and head-dim lanes wh.
 bool fits_with(const Case& c, int64_t wt, int64_t wh) {
-  return c.dh % wh == 0 && c.dvh % wh == 0 && c.dh / wh <= 8 && c.dvh / wh <= 8 && (c.tq + wt - 1) / wt <= 8 &&
+  return c.dh % wh == 0 && c.dvh % wh == 0 && c.dh <= 128 && c.dvh <= 128 && (c.tq + wt - 1) / wt <= 8 &&
          (c.tk + wt - 1) / wt <= 8;
 }
 
@@ -154,6 +154,7 @@ TEST_CASE("short attention backward matches a double reference") {
         {2, 1, 8, 8, 40, 40, 3},    // head size 40
         {2, 2, 12, 12, 24, 8, 0},
         {2, 1, 17, 9, 16, 16, 2},   // 17 queries: ragged for 16 lanes
+        {2, 1, 10, 10, 16, 128, 1}, // 128 value columns: 16 vectors on AVX2
     };
     for (const Case& c : cases) {
       for (bool acc : {false, true}) {
@@ -216,6 +217,7 @@ TEST_CASE("short attention forward products match a double reference") {
         {3, 2, 7, 13, 16, 32, 0},  {2, 1, 1, 1, 16, 16, 0},   {2, 4, 64, 16, 16, 16, 0},
         {2, 1, 5, 3, 64, 64, 0},   {3, 2, 8, 8, 8, 8, 0},     {2, 1, 10, 10, 24, 24, 0},
         {2, 1, 8, 8, 40, 40, 0},   {2, 2, 12, 12, 24, 8, 0},  {2, 1, 17, 9, 16, 16, 0},
+        {2, 2, 10, 10, 16, 128, 0},  // 128 value columns (a folded MLP head): 16 vectors on AVX2
     };
     for (const Case& c : cases) {
       INFO("b " << c.b << " h " << c.h << " tq " << c.tq << " tk " << c.tk << " dh " << c.dh << " dvh " << c.dvh);
