@@ -226,6 +226,7 @@ void load_checkpoint(const std::string& path, Executor& ex, Adam* adam, Training
   // Everything checked: commit. Nothing below throws.
   for (const Copy& c : copies)
     if (!c.src->bytes.empty()) std::memcpy(c.dst, c.src->bytes.data(), c.src->bytes.size());
+  ex.parameters_changed();
   if (adam != nullptr) adam->restore(loaded.step);
   st = std::move(loaded);
 }

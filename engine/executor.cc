@@ -86,7 +86,8 @@ Executor::Executor(const Graph& graph, ExecutorOptions options)
       threads_(1),
       batch_(graph.max_batch()),
       rows_now_(graph.max_batch()),
-      adaptive_(options.adaptive_threads) {
+      adaptive_(options.adaptive_threads),
+      fixed_parameters_(options.fixed_parameters) {
   apply_simd_target_env();
   set_threads(options.threads);
   arena_.resize(plan_.arena_bytes);
@@ -197,6 +198,7 @@ void Executor::set_threads(int threads) {
 }
 
 void Executor::init_parameters(uint64_t seed) {
+  parameters_changed();
   Rng rng(seed);
   if (params_.size() > 0)  // a graph without parameters has no block (memset of null is UB)
     std::memset(params_.data(), 0, static_cast<size_t>(params_.size()));
@@ -302,14 +304,20 @@ void Executor::forward() {
     // The weights-only nodes first, once (an inference graph has them in front), then the rest
     // for each chunk of rows.
     const size_t prefix = graph_.unbatched_prefix();
-    if (prefix > 0) run_nodes(0, prefix, nullptr, threads);
+    const bool run_prefix = prefix > 0 && !(fixed_parameters_ && prefix_current_);
+    if (run_prefix) run_nodes(0, prefix, nullptr, threads);
+    prefix_current_ = true;
     for (int64_t r = 0; r < batch_; r += plan_.rows) {
       row0_ = r;
       rows_now_ = std::min(plan_.rows, batch_ - r);
-      run_nodes(prefix, graph_.forward_nodes(), nullptr, threads, /*count_profiled_run=*/prefix == 0 && r == 0);
+      run_nodes(prefix, graph_.forward_nodes(), nullptr, threads, /*count_profiled_run=*/!run_prefix && r == 0);
     }
+  } else if (plan_.rows > 0 && fixed_parameters_ && prefix_current_) {
+    // One chunk's rows or fewer, the weights-only results still there (a chunked plan).
+    run_nodes(graph_.unbatched_prefix(), graph_.forward_nodes(), nullptr, threads);
   } else {
     run_nodes(0, graph_.forward_nodes(), nullptr, threads);
+    prefix_current_ = plan_.rows > 0;  // (a whole-batch plan may reuse their memory)
   }
   record_run(threads, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }

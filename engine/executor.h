@@ -41,6 +41,12 @@ struct ExecutorOptions {
   // chunk is that much per thread.
   int64_t chunk_bytes = kDefaultChunkBytes;
   static constexpr int64_t kDefaultChunkBytes = 1 << 20;
+  // The caller writes the parameters only before the first forward() (or calls
+  // parameters_changed() after writing them): an inference graph planned in chunks then
+  // computes its weights-only nodes (projected, per-position and probability tables, merged
+  // weights) on the first call only instead of on every call. ModelRunner sets it for
+  // inference graphs (Predictor, attnkit infer and eval).
+  bool fixed_parameters = false;
 };
 
 class Executor final : public RunContext {
@@ -85,6 +91,9 @@ class Executor final : public RunContext {
   int64_t param_count() const { return graph_.param_count(); }
   // Draws every parameter afresh from its Init with this seed.
   void init_parameters(uint64_t seed);
+  // The parameters were written: with ExecutorOptions::fixed_parameters the next forward()
+  // computes the weights-only nodes again (load_checkpoint and init_parameters call it).
+  void parameters_changed() { prefix_current_ = false; }
 
   const Graph& graph() const { return graph_; }
   const MemoryPlan& plan() const { return plan_; }
@@ -124,6 +133,10 @@ class Executor final : public RunContext {
   static constexpr int kProbeBlock = 3, kProbeRuns = 4 * kProbeBlock;
   static bool ProbeParallel(int k) { return (k / kProbeBlock) % 2 == 0; }
   bool adaptive_;
+  // fixed_parameters, and whether the weights-only prefix's results in the arena are those of
+  // the current parameters (a chunked plan keeps them alive to the end of a run).
+  bool fixed_parameters_;
+  bool prefix_current_ = false;
   bool parallel_ = true;
   int probe_runs_left_ = 0;
   double best_parallel_ = 0, best_serial_ = 0;  // summed seconds of the probe runs

@@ -33,12 +33,20 @@ std::string float_text(float v) {
               std::to_string(c.vocab) + "): " + why);
 }
 
+// An inference runner's parameters change only through load(): its weights-only nodes run
+// on the first call after it (see ExecutorOptions::fixed_parameters).
+ExecutorOptions runner_options(int threads, uint64_t seed, bool with_backward) {
+  ExecutorOptions o{threads, seed};
+  o.fixed_parameters = !with_backward;
+  return o;
+}
+
 }  // namespace
 
 ModelRunner::ModelRunner(const ModelConfig& config, int64_t max_batch, int threads, uint64_t seed,
                          bool with_backward) try
     : model_(build_model(config, max_batch, with_backward)),
-      executor_(std::make_unique<Executor>(*model_.graph, ExecutorOptions{threads, seed})) {
+      executor_(std::make_unique<Executor>(*model_.graph, runner_options(threads, seed, with_backward))) {
 } catch (const std::bad_alloc&) {
   too_large(config, max_batch, "out of memory");
 } catch (const std::length_error&) {

@@ -187,6 +187,27 @@ TEST_CASE("indexed attention reads q k and v from per-token-and-position tables 
   });
 }
 
+TEST_CASE("with fixed parameters the weights-only nodes run on the first call and after parameters_changed only") {
+  const attnkit::ModelConfig c = attnkit::lesson_config("neighbor-sum");
+  const int64_t n = 700;
+  const attnkit::Model m = attnkit::build_model(c, n, /*with_backward=*/false);
+  attnkit::ExecutorOptions fixed{1, 5}, plain{1, 5};
+  fixed.fixed_parameters = true;
+  attnkit::Executor a(*m.graph, fixed), b(*m.graph, plain);
+  REQUIRE(a.chunk_rows() > 0);
+  REQUIRE(m.graph->unbatched_prefix() > 0);
+  const std::vector<int32_t> x = random_tokens(c, n, 31);
+  const std::vector<float> first = run_forward(a, m, x, n);
+  CHECK(first == run_forward(b, m, x, n));
+  CHECK(run_forward(a, m, x, n) == first);  // the tables kept from the first call
+  CHECK(run_forward(a, m, x, 7) == run_forward(b, m, x, 7));  // one chunk or less
+  for (int64_t i = 0; i < a.param_count(); ++i) a.params()[i] *= 0.5f, b.params()[i] *= 0.5f;
+  const std::vector<float> changed = run_forward(b, m, x, n);
+  CHECK(run_forward(a, m, x, n) != changed);  // not told: the old tables (as documented)
+  a.parameters_changed();
+  CHECK(run_forward(a, m, x, n) == changed);
+}
+
 TEST_CASE("large batches run in chunks of rows with the whole batch's results and a chunk-sized arena") {
   for (const attnkit::ModelConfig& c : inference_configs()) {
     INFO(c.task << " layers " << c.layers);
