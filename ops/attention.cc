@@ -413,6 +413,11 @@ HWY_NOINLINE void SummedRows(D d, int64_t rows, int64_t vecs, const float* coef,
   for (; r + R <= rows; r += R)
     SummedRowBlock<R>(d, vecs, coef + r * tk, hs, tk, heads, vrows, srows ? srows + r : nullptr, scol,
                       out + r * ldo, ldo, relu);
+  if (R > 2 && r + 2 <= rows) {  // (T = 10: 4 + 4 + 2 rows)
+    SummedRowBlock<2>(d, vecs, coef + r * tk, hs, tk, heads, vrows, srows ? srows + r : nullptr, scol,
+                      out + r * ldo, ldo, relu);
+    r += 2;
+  }
   for (; r < rows; ++r)
     SummedRowBlock<1>(d, vecs, coef + r * tk, hs, tk, heads, vrows, srows ? srows + r : nullptr, scol,
                       out + r * ldo, ldo, relu);
