@@ -236,8 +236,8 @@ HWY_INLINE void DirectTileN(D d, const GemmArgs& g, const float* HWY_RESTRICT a,
 // Whether 256-bit tiles serve the AVX-512 direct path better than 512-bit ones: on AMD
 // (Zen 4) a 512-bit FMA issues at one per cycle, two 256-bit ones per cycle, the same peak,
 // and every 512-bit broadcast of A is EVEX-encoded (the slower form, see DirectBroadcast);
-// 256-bit tiles are ~5% faster there (640×32×32, side by side). Elsewhere (Intel, two 512-bit
-// FMA ports) the full vectors.
+// 256-bit tiles were up to ~5% faster there on a quiet machine (640×32×32, side by side in
+// one process), level under load. Elsewhere (Intel, two 512-bit FMA ports) the full vectors.
 inline bool DirectHalfTiles() {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && (defined(__GNUC__) || defined(__clang__))
   static const bool amd = __builtin_cpu_is("amd");
@@ -406,7 +406,9 @@ template <bool kBias, bool kAlphaOne>
 HWY_INLINE void DirectBlockHalf(DF d, const GemmArgs& g, const float* b, int64_t ldb,
                                 int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  if (DirectHalfTiles()) {
+  // Not with a transposed A: each k-step of its tile is another cache line of A, read again by
+  // every 16-column tile (dW = xᵀ·dy, 32 × 32 × 256: 512-bit tiles 10–25% faster).
+  if (!g.trans_a && DirectHalfTiles()) {
     DirectBlock<kBias, kAlphaOne, true>(d, g, b, ldb, i0, i1, j0, j1);
     return;
   }
