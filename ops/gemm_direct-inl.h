@@ -221,15 +221,25 @@ HWY_INLINE void DirectTileN(D d, const GemmArgs& g, const float* HWY_RESTRICT a,
     }
     return;
   }
+  // One loop per combine, each with its combine a constant (no per-vector choice between
+  // results that the compiler could turn into a select).
+  auto read_combine = [&](auto combine_tag) {
+    constexpr Combine kCombine = decltype(combine_tag)::value;
 #pragma GCC unroll 12
-  for (int r = 0; r < R; ++r) {
+    for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      float* p = c + r * ldc + v * lanes;
-      hn::StoreU(DirectCombine<kBias, kAlphaOne>(d, acc[r * NV + v], va, vb, hn::LoadU(d, p),
-                                                 combine, bb[v]),
-                 d, p);
+      for (int v = 0; v < NV; ++v) {
+        float* p = c + r * ldc + v * lanes;
+        hn::StoreU(DirectCombine<kBias, kAlphaOne>(d, acc[r * NV + v], va, vb, hn::LoadU(d, p),
+                                                   kCombine, bb[v]),
+                   d, p);
+      }
     }
+  };
+  if (combine == Combine::kAdd) {
+    read_combine(std::integral_constant<Combine, Combine::kAdd>());
+  } else {
+    read_combine(std::integral_constant<Combine, Combine::kScale>());
   }
 }
 
