@@ -243,16 +243,16 @@ HWY_INLINE void DirectTileN(D d, const GemmArgs& g, const float* HWY_RESTRICT a,
   }
 }
 
-// Whether 256-bit tiles serve the AVX-512 direct path better than 512-bit ones: on AMD
-// (Zen 4) a 512-bit FMA issues at one per cycle, two 256-bit ones per cycle, the same peak,
-// and every 512-bit broadcast of A is EVEX-encoded (the slower form, see DirectBroadcast);
-// 256-bit tiles were up to ~5% faster there on a quiet machine (640×32×32, side by side in
-// one process), level under load. Elsewhere (Intel, two 512-bit FMA ports) the full vectors.
+// Whether the AVX-512 direct path computes its whole tiles with 256-bit vectors (VEX
+// broadcasts, 16 columns a tile) instead of 512-bit ones: only when asked for
+// (set_gemm_direct_half_tiles(1)). On Zen 4 a 512-bit FMA issues at one per cycle, two 256-bit
+// ones per cycle, the same peak, and the 512-bit broadcasts are the slower EVEX form; yet the
+// 256-bit tiles, with twice the instructions, were at most ~4% faster with the core to
+// themselves and 15–20% slower while another developer's jobs loaded the machine
+// (640×32×32, side by side in one process), so 512-bit tiles are the default.
 inline bool DirectHalfTiles() {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && (defined(__GNUC__) || defined(__clang__))
-  static const bool amd = __builtin_cpu_is("amd");
-  const int mode = gemm_detail::direct_half_tiles_mode;
-  return mode < 0 ? amd : mode != 0;
+  return gemm_detail::direct_half_tiles_mode > 0;
 #else
   return false;
 #endif

@@ -56,7 +56,7 @@ inline constexpr int64_t kNC = 2048;  // columns of a B block: 2 MB in L3
 // Rows of A kept hot in the direct path while all column tiles pass over them.
 inline constexpr int64_t kDirectRows = 96;
 
-// set_gemm_direct_half_tiles's mode (-1: the CPU decides).
+// set_gemm_direct_half_tiles's mode (> 0: 256-bit AVX-512 direct tiles).
 inline int direct_half_tiles_mode = -1;
 
 }  // namespace attnkit::gemm_detail
