@@ -337,6 +337,7 @@ void sgemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int
 }
 
 void set_gemm_backend(GemmBackend backend) { g_backend.store(backend); }
+void set_gemm_direct_half_tiles(int mode) { gemm_detail::direct_half_tiles_mode = mode; }
 GemmBackend gemm_backend() { return g_backend.load(); }
 
 const char* simd_target_name() {

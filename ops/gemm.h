@@ -99,4 +99,10 @@ GemmBackend gemm_backend();
 // Name of the Highway target the kernels dispatch to on this machine (e.g. "AVX2").
 const char* simd_target_name();
 
+// Whether the AVX-512 direct path computes its whole tiles with 256-bit vectors: 1 yes, 0 or
+// -1 (the default) no: 512-bit ones (see DirectHalfTiles in ops/gemm_direct-inl.h). For tests
+// of both forms and for measurements; the values never depend on it. Not thread-safe: set it
+// before running kernels.
+void set_gemm_direct_half_tiles(int mode);
+
 }  // namespace attnkit

@@ -128,9 +128,141 @@ HWY_INLINE void DirectTailMasked(DF d, const GemmArgs& g, const float* a, int64_
   StoreTile<kBias>(d, acc, R, static_cast<size_t>(t), g.alpha, g.beta, FirstCombine(g.beta), c, g.ldc, bias);
 }
 
-// Rows i..i+R of a direct block; op(B) columns j0..j1 are at b (row stride ldb), which reads
-// whole vectors up to V columns before j1 when j1 - j0 < V (not on AVX-512: masked loads).
-template <int R, bool kBias>
+// alpha·acc combined with old as CombineBias does, bit for bit: with kAlphaOne (alpha == 1)
+// the multiply by alpha is left out (fma(acc, 1, x) = acc + x and acc·1 = acc exactly), so the
+// write-back runs on the FP adders instead of the FMA pipes.
+template <bool kBias, bool kAlphaOne, class D, class V = hn::Vec<D>>
+HWY_INLINE V DirectCombine(D d, V acc, V va, V vb, V old, Combine combine, V bias) {
+  if constexpr (!kAlphaOne) {
+    return CombineBias(d, acc, va, vb, old, combine, kBias, bias);
+  } else {
+    V v = acc;
+    if (combine == Combine::kAdd) {
+      v = hn::Add(acc, old);
+    } else if (combine == Combine::kScale) {
+      v = hn::Add(acc, hn::Mul(vb, old));
+    }
+    if constexpr (kBias) v = hn::Add(v, bias);
+    return v;
+  }
+}
+
+// hn::Set(d, *p), the tile's broadcast of one A value. On AVX-512 targets a 256-bit vector
+// takes the VEX-encoded vbroadcastss (destination among the first 16 registers): on Zen 4 the
+// EVEX form costs more, enough to make a broadcast-per-two-FMAs loop ~15% slower (direct
+// product 256×32×32 in 6 × 16 tiles: 80 against 94 GFLOP/s, side by side in one process).
+template <class D>
+HWY_INLINE hn::Vec<D> DirectBroadcast(D d, const float* HWY_RESTRICT p) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && (defined(__GNUC__) || defined(__clang__))
+  if constexpr (hn::MaxLanes(D()) == 8) {
+    (void)d;
+    __m256 v;
+    asm("vbroadcastss %1, %0" : "=x"(v) : "m"(*p));
+    return hn::Vec<D>{v};
+  }
+#endif
+  return hn::Set(d, *p);
+}
+
+// Rows i..i+R, NV whole vectors of D (columns j..j+NV·Lanes(d)) of a direct block: a at row
+// i of op(A) (A(r, kk) = a[r·ar + kk·ak]), b at column j of op(B) (row stride ldb), c at
+// C[i, j], bias at bias[j]. The accumulators are a one-dimensional local array, so they stay
+// in registers (AccumulateTile's array, passed by reference, is partly spilled: one chain
+// through memory, every accumulator stored and reloaded before the write-back). The FMA
+// chains and the write-back are AccumulateTile's and StoreTile's, element for element.
+template <class D, int R, int NV, bool kBias, bool kAlphaOne>
+HWY_INLINE void DirectTileN(D d, const GemmArgs& g, const float* HWY_RESTRICT a, int64_t ar,
+                            int64_t ak, const float* HWY_RESTRICT b, int64_t ldb,
+                            float* HWY_RESTRICT c, const float* HWY_RESTRICT bias,
+                            Combine combine) {
+  using V = hn::Vec<D>;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), k = g.k;
+  V acc[R * NV];
+#pragma GCC unroll 12
+  for (int q = 0; q < R * NV; ++q) acc[q] = hn::Zero(d);
+  // Row r of the tile at base[r / 3] + (r % 3)·ar: one pointer per 3 rows and one stride
+  // (base + stride·1 or ·2 addressing), fewer general-purpose registers in the k loop.
+  constexpr int kBases = (R + 2) / 3;
+  const float* HWY_RESTRICT base[kBases];
+#pragma GCC unroll 4
+  for (int q = 0; q < kBases; ++q) base[q] = a + 3 * q * ar;
+#pragma GCC unroll 2
+  for (int64_t kk = 0; kk < k; ++kk) {
+    V bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = hn::LoadU(d, b + v * lanes);
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      const V av = DirectBroadcast(d, base[r / 3] + (r % 3) * ar);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r * NV + v] = hn::MulAdd(av, bv[v], acc[r * NV + v]);
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < kBases; ++q) base[q] += ak;
+    b += ldb;
+  }
+  const V va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
+  V bb[NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) bb[v] = hn::Zero(d);
+  if constexpr (kBias) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bb[v] = hn::LoadU(d, bias + v * lanes);
+  }
+  const int64_t ldc = g.ldc;
+  if (combine == Combine::kOverwrite) {  // C is not read
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v)
+        hn::StoreU(DirectCombine<kBias, kAlphaOne>(d, acc[r * NV + v], va, vb, hn::Zero(d),
+                                                   Combine::kOverwrite, bb[v]),
+                   d, c + r * ldc + v * lanes);
+    }
+    return;
+  }
+  // One loop per combine, each with its combine a constant (no per-vector choice between
+  // results that the compiler could turn into a select).
+  auto read_combine = [&](auto combine_tag) {
+    constexpr Combine kCombine = decltype(combine_tag)::value;
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        float* p = c + r * ldc + v * lanes;
+        hn::StoreU(DirectCombine<kBias, kAlphaOne>(d, acc[r * NV + v], va, vb, hn::LoadU(d, p),
+                                                   kCombine, bb[v]),
+                   d, p);
+      }
+    }
+  };
+  if (combine == Combine::kAdd) {
+    read_combine(std::integral_constant<Combine, Combine::kAdd>());
+  } else {
+    read_combine(std::integral_constant<Combine, Combine::kScale>());
+  }
+}
+
+// Whether the AVX-512 direct path computes its whole tiles with 256-bit vectors (VEX
+// broadcasts, 16 columns a tile) instead of 512-bit ones: only when asked for
+// (set_gemm_direct_half_tiles(1)). On Zen 4 a 512-bit FMA issues at one per cycle, two 256-bit
+// ones per cycle, the same peak, and the 512-bit broadcasts are the slower EVEX form; yet the
+// 256-bit tiles, with twice the instructions, were at most ~4% faster with the core to
+// themselves and 15–20% slower while another developer's jobs loaded the machine
+// (640×32×32, side by side in one process), so 512-bit tiles are the default.
+inline bool DirectHalfTiles() {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && (defined(__GNUC__) || defined(__clang__))
+  return gemm_detail::direct_half_tiles_mode > 0;
+#else
+  return false;
+#endif
+}
+
+// Rows i..i+R (R <= kMR) of a direct block; op(B) columns j0..j1 are at b (row stride ldb),
+// which reads whole vectors up to V columns before j1 when j1 - j0 < V (not on AVX-512:
+// masked loads). Whole 2V-column tiles first (with kHalf, of 256-bit vectors: 16 columns),
+// then the ragged rest.
+template <int R, bool kBias, bool kAlphaOne, bool kHalf>
 HWY_INLINE void DirectRows(DF d, const GemmArgs& g, int64_t i, const float* b, int64_t ldb,
                            int64_t j0, int64_t j1) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), nr = 2 * lanes;
@@ -138,20 +270,30 @@ HWY_INLINE void DirectRows(DF d, const GemmArgs& g, int64_t i, const float* b, i
   const float* a = g.a + i * ar;
   float* c = g.c + i * g.ldc;
   const Combine combine = FirstCombine(g.beta);
-  VF acc[kMR][2];
   int64_t j = j0;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (kHalf) {
+    const hn::Full256<float> dh;
+    constexpr int64_t kHalfCols = 2 * static_cast<int64_t>(hn::MaxLanes(hn::Full256<float>()));
+    for (; j + kHalfCols <= j1; j += kHalfCols) {
+      DirectTileN<hn::Full256<float>, R, 2, kBias, kAlphaOne>(
+          dh, g, a, ar, ak, b + (j - j0), ldb, c + j, kBias ? g.bias + j : nullptr, combine);
+    }
+  }
+#endif
   for (; j + nr <= j1; j += nr) {
-    AccumulateTile<R, 2>(d, g.k, a, ar, ak, b + (j - j0), b + (j - j0) + lanes, ldb, acc);
-    StoreTile<kBias>(d, acc, R, nr, g.alpha, g.beta, combine, c + j, g.ldc,
-                     kBias ? g.bias + j : nullptr);
+    DirectTileN<DF, R, 2, kBias, kAlphaOne>(d, g, a, ar, ak, b + (j - j0), ldb, c + j,
+                                            kBias ? g.bias + j : nullptr, combine);
   }
   if (j < j1) {
+    VF acc[kMR][2];
+    const float* bj = b + (j - j0);
+    const float* bias = kBias ? g.bias + j : nullptr;
     if constexpr (kFastMaskedStore) {
-      DirectTailMasked<R, kBias>(d, g, a, ar, ak, b + (j - j0), ldb, c + j, j1 - j,
-                                 kBias ? g.bias + j : nullptr, acc);
+      DirectTailMasked<R, kBias>(d, g, a, ar, ak, bj, ldb, c + j, j1 - j, bias, acc);
     } else {
-      DirectTail<R, kBias>(d, g, a, ar, ak, b + (j - j0), ldb, c + j, j1 - j, j1 - lanes >= j0,
-                           kBias ? g.bias + j : nullptr, acc);
+      DirectTail<R, kBias>(d, g, a, ar, ak, bj, ldb, c + j, j1 - j, j1 - lanes >= j0, bias,
+                           acc);
     }
   }
 }
@@ -257,14 +399,40 @@ inline HWY_NOINLINE void GemmDirectChunked(DF d, const GemmArgs& g, const float*
 }
 
 // Rows [i0, i1) × columns [j0, j1) of a direct block whose op(B) columns are at b.
-template <bool kBias>
+template <bool kBias, bool kAlphaOne, bool kHalf = false>
 HWY_INLINE void DirectBlock(DF d, const GemmArgs& g, const float* b, int64_t ldb, int64_t i0,
                             int64_t i1, int64_t j0, int64_t j1) {
   for (int64_t ic = i0; ic < i1; ic += gemm_detail::kDirectRows) {
     const int64_t ie = std::min(i1, ic + gemm_detail::kDirectRows);
     ForEachRowTile(ic, ie, [&](auto r_tag, int64_t i) {
-      DirectRows<decltype(r_tag)::value, kBias>(d, g, i, b, ldb, j0, j1);
+      DirectRows<decltype(r_tag)::value, kBias, kAlphaOne, kHalf>(d, g, i, b, ldb, j0, j1);
     });
+  }
+}
+
+// DirectBlock with the 256-bit tiles (where DirectHalfTiles) and the alpha == 1 write-back
+// chosen here, outside the row-tile lambda (no runtime selects inside it).
+template <bool kBias, bool kAlphaOne>
+HWY_INLINE void DirectBlockHalf(DF d, const GemmArgs& g, const float* b, int64_t ldb,
+                                int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  // Not with a transposed A: each k-step of its tile is another cache line of A, read again by
+  // every 16-column tile (dW = xᵀ·dy, 32 × 32 × 256: 512-bit tiles 10–25% faster).
+  if (!g.trans_a && DirectHalfTiles()) {
+    DirectBlock<kBias, kAlphaOne, true>(d, g, b, ldb, i0, i1, j0, j1);
+    return;
+  }
+#endif
+  DirectBlock<kBias, kAlphaOne>(d, g, b, ldb, i0, i1, j0, j1);
+}
+
+template <bool kBias>
+HWY_INLINE void DirectBlockAlpha(DF d, const GemmArgs& g, const float* b, int64_t ldb,
+                                 int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  if (g.alpha == 1.0f) {
+    DirectBlockHalf<kBias, true>(d, g, b, ldb, i0, i1, j0, j1);
+  } else {
+    DirectBlockHalf<kBias, false>(d, g, b, ldb, i0, i1, j0, j1);
   }
 }
 
@@ -309,9 +477,9 @@ inline void GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
     return;
   }
   if (g.bias) {
-    DirectBlock<true>(d, g, b, ldb, i0, i1, j0, j1);
+    DirectBlockAlpha<true>(d, g, b, ldb, i0, i1, j0, j1);
   } else {
-    DirectBlock<false>(d, g, b, ldb, i0, i1, j0, j1);
+    DirectBlockAlpha<false>(d, g, b, ldb, i0, i1, j0, j1);
   }
 }
 

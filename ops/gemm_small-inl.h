@@ -80,7 +80,9 @@ HWY_INLINE void SmallStoreVec(D d, hn::Vec<D> acc, hn::Vec<D> va, hn::Vec<D> vb,
 
 // Rows i..i+R, columns j..j+cols (cols <= NV·Lanes(d), the last vector partial) of C, op(B) in
 // place (B not transposed): row kk of op(B) at b + kk·ldb.
-template <class D, int R, int NV, bool kTransA>
+// kFull: cols == NV·Lanes(d), every vector stored whole (a masked store of a full mask costs
+// several times a plain one on Zen 4).
+template <class D, int R, int NV, bool kTransA, bool kFull>
 HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t i, int64_t j, int64_t cols) {
   static_assert(NV == 1 || NV == 2, "one or two vectors per row");
   using V = hn::Vec<D>;
@@ -96,12 +98,23 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t i, int64_t j, int64_
 #pragma GCC unroll 2
   for (int64_t kk = 0; kk < k; ++kk) {
     if constexpr (NV == 1) {
-      const V bv = hn::MaskedLoad(mlast, d, b);
+      V bv;
+      if constexpr (kFull) {
+        bv = hn::LoadU(d, b);
+      } else {
+        bv = hn::MaskedLoad(mlast, d, b);
+      }
 #pragma GCC unroll 12
       for (int r = 0; r < R; ++r)
         acc0[r] = hn::MulAdd(hn::Set(d, kTransA ? a[r] : a[r * lda]), bv, acc0[r]);
     } else {
-      const V bv0 = hn::LoadU(d, b), bv1 = hn::MaskedLoad(mlast, d, b + lanes);
+      const V bv0 = hn::LoadU(d, b);
+      V bv1;
+      if constexpr (kFull) {
+        bv1 = hn::LoadU(d, b + lanes);
+      } else {
+        bv1 = hn::MaskedLoad(mlast, d, b + lanes);
+      }
 #pragma GCC unroll 12
       for (int r = 0; r < R; ++r) {
         const V av = hn::Set(d, kTransA ? a[r] : a[r * lda]);
@@ -118,10 +131,10 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t i, int64_t j, int64_
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) {
     if constexpr (NV == 1) {
-      SmallStoreVec<true>(d, acc0[r], va, vb, combine, mlast, c + r * g.ldc);
+      SmallStoreVec<!kFull>(d, acc0[r], va, vb, combine, mlast, c + r * g.ldc);
     } else {
       SmallStoreVec<false>(d, acc0[r], va, vb, combine, mlast, c + r * g.ldc);
-      SmallStoreVec<true>(d, acc1[r], va, vb, combine, mlast, c + r * g.ldc + lanes);
+      SmallStoreVec<!kFull>(d, acc1[r], va, vb, combine, mlast, c + r * g.ldc + lanes);
     }
   }
 }
@@ -199,7 +212,7 @@ HWY_INLINE void WithRows(int64_t rows, const Fn& fn) {
 
 // Rows [i0, i1) in tiles of at most kMax rows, as even as possible (which tile a row falls in
 // changes none of its values).
-template <class D, int NV, bool kTransA, bool kTransB>
+template <class D, int NV, bool kTransA, bool kTransB, bool kFull = false>
 HWY_INLINE void SmallRows(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64_t j,
                           int64_t cols) {
   constexpr int kMax = static_cast<int>(NV == 1 ? kSmallRows1 : kSmallRows2);
@@ -214,7 +227,7 @@ HWY_INLINE void SmallRows(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64_
       if constexpr (kTransB) {
         SmallTileNT<D, R, kTransA>(d, g, i, j, cols);
       } else {
-        SmallTileNN<D, R, NV, kTransA>(d, g, i, j, cols);
+        SmallTileNN<D, R, NV, kTransA, kFull>(d, g, i, j, cols);
       }
     });
     i += rows;
@@ -231,6 +244,13 @@ HWY_INLINE void SmallBlock(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64
       } else {
         SmallRows<D, 1, false, true>(d, g, i0, i1, j, cols);
       }
+    }
+  } else if (cols == NV * static_cast<int64_t>(hn::Lanes(d))) {  // no masks (chosen here,
+    // outside the row-tile lambda)
+    if (g.trans_a) {
+      SmallRows<D, NV, true, false, true>(d, g, i0, i1, j, cols);
+    } else {
+      SmallRows<D, NV, false, false, true>(d, g, i0, i1, j, cols);
     }
   } else if (g.trans_a) {
     SmallRows<D, NV, true, false>(d, g, i0, i1, j, cols);

@@ -56,6 +56,9 @@ inline constexpr int64_t kNC = 2048;  // columns of a B block: 2 MB in L3
 // Rows of A kept hot in the direct path while all column tiles pass over them.
 inline constexpr int64_t kDirectRows = 96;
 
+// set_gemm_direct_half_tiles's mode (> 0: 256-bit AVX-512 direct tiles).
+inline int direct_half_tiles_mode = -1;
+
 }  // namespace attnkit::gemm_detail
 #endif  // ATTNKIT_OPS_GEMM_TILE_SHARED_H_
 
@@ -133,7 +136,9 @@ HWY_INLINE void AccumulateTile(DF d, int64_t k, const float* HWY_RESTRICT a, int
 }
 
 // C tile (rows × cols, cols <= 2V) = alpha·acc combined with C as `combine` says.
-HWY_INLINE VF CombineVec(DF d, VF acc, VF alpha, VF beta, VF old, Combine combine) {
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V CombineVec(D d, V acc, V alpha, V beta, V old, Combine combine) {
+  (void)d;
   if (combine == Combine::kOverwrite) return hn::Mul(acc, alpha);
   if (combine == Combine::kAdd) return hn::MulAdd(acc, alpha, old);
   return hn::MulAdd(acc, alpha, hn::Mul(beta, old));
@@ -141,8 +146,9 @@ HWY_INLINE VF CombineVec(DF d, VF acc, VF alpha, VF beta, VF old, Combine combin
 
 // CombineVec plus the bias epilogue: alpha·acc + bias fused when C is not read, else the
 // combined value + bias. Only the column decides the operations, never the tile or slice.
-HWY_INLINE VF CombineBias(DF d, VF acc, VF alpha, VF beta, VF old, Combine combine, bool has_bias,
-                          VF bias) {
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V CombineBias(D d, V acc, V alpha, V beta, V old, Combine combine, bool has_bias,
+                         V bias) {
   if (!has_bias) return CombineVec(d, acc, alpha, beta, old, combine);
   if (combine == Combine::kOverwrite) return hn::MulAdd(acc, alpha, bias);
   return hn::Add(CombineVec(d, acc, alpha, beta, old, combine), bias);

@@ -739,3 +739,53 @@ TEST_CASE("lesson-sized attention products over interleaved heads", "[gemm]") {
     }
   });
 }
+
+// The direct path's register tiles (whole 2-vector tiles, on AVX-512 optionally 256-bit ones of
+// 16 columns, then the ragged columns) and their write-back, whose alpha = 1 form leaves out the
+// multiply by alpha: against the double reference with and without bias at every beta form,
+// bitwise across slice counts, and the first rows bitwise those of the same rows computed as a
+// product of their own (a small product on AVX-512: another path, the same FMA chains).
+TEST_CASE("direct-path register tiles and the alpha = 1 write-back", "[gemm]") {
+  const std::vector<int64_t> ms = {25, 30, 37, 97, 130};
+  const std::vector<int64_t> ns = {5, 8, 15, 16, 17, 24, 31, 32, 33, 40, 47, 48, 64, 65, 80};
+  const std::vector<int64_t> ks = {1, 2, 17, 32, 33};
+  const std::vector<std::pair<float, float>> scalars = {
+      {1, 0}, {1, 1}, {1, -0.5f}, {0.5f, 0}, {-2, 1}, {1.5f, 0.25f}};
+  for (int half : {-1, 1}) {  // the default (512-bit) and the 256-bit AVX-512 tiles
+  attnkit::set_gemm_direct_half_tiles(half);
+  attnkit::test::for_each_simd_target([&](const std::string& target) {
+    uint32_t seed = 9000;
+    for (int trans = 0; trans < 4; ++trans)
+      for (int64_t m : ms)
+        for (int64_t n : ns)
+          for (int64_t k : ks) {
+            if ((m + n * 5 + k * 3 + trans) % 3 != 0) continue;  // thin the grid
+            const auto [alpha, beta] = scalars[seed % scalars.size()];
+            const int64_t pad = seed % 2 == 0 ? 0 : 5;
+            const Problem p = make_problem(trans & 1, trans & 2, m, n, k, alpha, beta, pad, seed);
+            const std::vector<float> bias = random_bias(n, seed);
+            ++seed;
+            INFO(target << " half=" << half << " ta=" << (trans & 1) << " tb=" << (trans & 2)
+                        << " m=" << m << " n=" << n << " k=" << k << " alpha=" << alpha
+                        << " beta=" << beta);
+            const std::vector<float> one = run_slices(p, 1);
+            check_against_reference(p, one);
+            for (int count : {2, 3}) REQUIRE(bitwise_equal(one, run_slices(p, count)));
+            const std::vector<float> with_bias = run_bias_slices(p, bias.data(), 1);
+            check_against_reference(p, with_bias, bias.data());
+            REQUIRE(bitwise_equal(with_bias, run_bias_slices(p, bias.data(), 3)));
+            if (!p.ta) {  // the first 24 rows on their own (A's rows are contiguous)
+              std::vector<float> c = p.c;
+              attnkit::sgemm_slice(false, p.tb, 24, n, k, alpha, p.a.data(), p.lda, p.b.data(),
+                                   p.ldb, beta, c.data(), p.ldc, Slice{});
+              for (int64_t i = 0; i < 24; ++i)
+                for (int64_t j = 0; j < n; ++j) {
+                  const float x = c[i * p.ldc + j], y = one[i * p.ldc + j];
+                  REQUIRE(std::memcmp(&x, &y, sizeof(float)) == 0);
+                }
+            }
+          }
+  });
+  }
+  attnkit::set_gemm_direct_half_tiles(-1);
+}
