@@ -104,6 +104,7 @@ struct StepGemm {
   bool ta, tb;
   int64_t m, k, n;
   float beta;
+  bool bias = false;  // a Linear's forward: + bias in the store (OpenBLAS: a loop after it)
   // Attention: `count` products; A/B/C of product p = (b, h) at b·x_batch + h·x_head.
   int64_t heads = 1, count = 1, lda = 0, ldb = 0, ldc = 0;
   int64_t a_batch = 0, a_head = 0, b_batch = 0, b_head = 0, c_batch = 0, c_head = 0;
@@ -121,6 +122,7 @@ void BM_step(benchmark::State& state, bool use_openblas, StepGemm s, int threads
   const int64_t b_size = s.count == 1 ? (s.tb ? s.n : s.k) * ldb : batches * s.b_batch;
   const int64_t c_size = s.count == 1 ? s.m * ldc : batches * s.c_batch;
   Operands x(a_size, b_size, c_size);
+  const std::vector<float> bias(static_cast<size_t>(s.n), 0.25f);
   for (auto _ : state) {
     if (threads > 1 && !use_openblas) {
       if (s.count == 1) {
@@ -148,6 +150,14 @@ void BM_step(benchmark::State& state, bool use_openblas, StepGemm s, int threads
                     s.tb ? CblasTrans : CblasNoTrans, static_cast<int>(s.m),
                     static_cast<int>(s.n), static_cast<int>(s.k), 1.0f, a, static_cast<int>(lda),
                     b, static_cast<int>(ldb), s.beta, c, static_cast<int>(ldc));
+        if (s.bias)
+          for (int64_t i = 0; i < s.m; ++i)
+            for (int64_t j = 0; j < s.n; ++j) c[i * ldc + j] += bias[static_cast<size_t>(j)];
+      } else if (s.bias) {
+        attnkit::GemmEpilogue e;
+        e.bias = bias.data();
+        attnkit::sgemm_epilogue_slice(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, lda, b, ldb, s.beta, c, ldc, e,
+                                      attnkit::Slice{});
       } else {
         attnkit::sgemm_slice(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, lda, b, ldb, s.beta, c, ldc,
                              attnkit::Slice{});
@@ -168,6 +178,7 @@ std::vector<StepGemm> step_gemms() {
     const std::string sh = std::to_string(rows) + "x" + std::to_string(in) + "x" +
                            std::to_string(outf);
     out.push_back({model + "_fwd_nn_" + sh, false, false, rows, in, outf, 0.0f});
+    out.push_back({model + "_fwd_bias_nn_" + sh, false, false, rows, in, outf, 0.0f, true});
     out.push_back({model + "_dx_nt_" + sh, false, true, rows, outf, in, 1.0f});
     out.push_back({model + "_dW_tn_" + sh, true, false, in, rows, outf, 0.0f});
   };
@@ -227,7 +238,7 @@ void register_all() {
   for (const StepGemm& s : step_gemms()) {
     // The big model's products also at 2 threads (the lesson models' are too small to share).
     for (int threads : {1, 2}) {
-      if (threads == 2 && s.name.rfind("big_", 0) != 0) continue;
+      if (threads == 2 && (s.name.rfind("big_", 0) != 0 || s.bias)) continue;  // (bias rows: one thread)
       const std::string t = s.name.rfind("big_", 0) == 0 ? "/" + std::to_string(threads) + "t" : "";
       benchmark::RegisterBenchmark(("attnkit/step_" + s.name + t).c_str(), BM_step, false, s,
                                    threads)
