@@ -103,23 +103,24 @@ Tensor Graph::input(const std::string& name, Shape per_sample, DType dtype, bool
   return Tensor(this, id);
 }
 
-Tensor Graph::arange(int64_t n) {
-  const std::string name = "arange(" + std::to_string(n) + ")";
+Tensor Graph::int_constant(const std::string& name, Shape shape, const std::vector<int32_t>& values) {
   if (TensorId id = find(name); id != kNoTensor) return Tensor(this, id);
-  TensorId id = new_tensor(name, DType::kI32, {n}, false, Storage::kConst);
+  TensorId id = new_tensor(name, DType::kI32, shape, false, Storage::kConst);
   tensors_[static_cast<size_t>(id)].offset = static_cast<int64_t>(const_data_.size()) * 4;
-  for (int64_t i = 0; i < n; ++i) const_data_.push_back(static_cast<int32_t>(i));
+  const_data_.insert(const_data_.end(), values.begin(), values.end());
   return Tensor(this, id);
 }
 
+Tensor Graph::arange(int64_t n) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  return int_constant("arange(" + std::to_string(n) + ")", {n}, v);
+}
+
 Tensor Graph::pair_rows(int64_t v, int64_t t) {
-  const std::string name = "pair_rows(" + std::to_string(v) + "," + std::to_string(t) + ")";
-  if (TensorId id = find(name); id != kNoTensor) return Tensor(this, id);
-  TensorId id = new_tensor(name, DType::kI32, {v, t}, false, Storage::kConst);
-  tensors_[static_cast<size_t>(id)].offset = static_cast<int64_t>(const_data_.size()) * 4;
-  for (int64_t i = 0; i < v; ++i)
-    for (int64_t j = 0; j < t; ++j) const_data_.push_back(static_cast<int32_t>(i));
-  return Tensor(this, id);
+  std::vector<int32_t> rows(static_cast<size_t>(v * t));
+  for (int64_t i = 0; i < v * t; ++i) rows[static_cast<size_t>(i)] = static_cast<int32_t>(i / t);
+  return int_constant("pair_rows(" + std::to_string(v) + "," + std::to_string(t) + ")", {v, t}, rows);
 }
 
 Tensor Graph::parameter(const std::string& name, Shape shape, Init init, float init_std) {

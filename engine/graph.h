@@ -226,6 +226,8 @@ class Graph {
   //   together): the lookups and their rows in memory disappear.
   void index_attention_lookups();
   void hoist_unbatched_nodes();
+  // An int32 constant (arange, pair_rows), or the one of that name already made.
+  Tensor int_constant(const std::string& name, Shape shape, const std::vector<int32_t>& values);
 
   int64_t max_batch_;
   std::deque<TensorDesc> tensors_;
