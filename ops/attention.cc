@@ -57,10 +57,18 @@ HWY_INLINE void RowsBlock(D d, const float* HWY_RESTRICT coef, int64_t crs, int6
                           const float* HWY_RESTRICT mat, int64_t ms, float* HWY_RESTRICT out,
                           int64_t ldo, bool add) {
   const int64_t N = LanesOf(d);
+  // The first term starts the sums (len >= 1): zero-initialized accumulator arrays were set
+  // with a `rep stos` on the stack and loaded back, a sixth of this function's time.
   hn::Vec<D> acc[R][V];
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < V; ++v) acc[r][v] = hn::Zero(d);
-  for (int64_t l = 0; l < len; ++l) {
+  {
+    hn::Vec<D> row[V];
+    for (int v = 0; v < V; ++v) row[v] = hn::LoadU(d, mat + v * N);
+    for (int r = 0; r < R; ++r) {
+      const auto c = hn::Set(d, coef[r * crs]);
+      for (int v = 0; v < V; ++v) acc[r][v] = hn::Mul(c, row[v]);
+    }
+  }
+  for (int64_t l = 1; l < len; ++l) {
     hn::Vec<D> row[V];
     for (int v = 0; v < V; ++v) row[v] = hn::LoadU(d, mat + l * ms + v * N);
     for (int r = 0; r < R; ++r) {
@@ -80,14 +88,26 @@ HWY_INLINE void RowsBlock(D d, const float* HWY_RESTRICT coef, int64_t crs, int6
   }
 }
 
+// The last `rows` (< K + 1) rows of RowsOf, as one block of that many rows: single-row
+// blocks were one FMA chain each, bound by the FMA latency (at T = 10, two of the ten rows
+// took as long as the other eight).
+template <int K, int V, class D>
+HWY_INLINE void RowsRest(D d, int64_t rows, const float* coef, int64_t crs, int64_t cls, int64_t len,
+                         const float* mat, int64_t ms, float* out, int64_t ldo, bool add) {
+  if constexpr (K > 0) {
+    if (rows == K) return RowsBlock<K, V>(d, coef, crs, cls, len, mat, ms, out, ldo, add);
+    RowsRest<K - 1, V>(d, rows, coef, crs, cls, len, mat, ms, out, ldo, add);
+  }
+}
+
 template <int V, class D>
 HWY_INLINE void RowsOf(D d, int64_t rows, const float* coef, int64_t crs, int64_t cls, int64_t len,
                        const float* mat, int64_t ms, float* out, int64_t ldo, bool add) {
-  constexpr int R = V >= 8 ? 1 : 8 / V;  // about 8 accumulators
+  constexpr int R = V >= 12 ? 1 : 12 / V;  // about 12 accumulators
   int64_t r = 0;
   for (; r + R <= rows; r += R)
     RowsBlock<R, V>(d, coef + r * crs, crs, cls, len, mat, ms, out + r * ldo, ldo, add);
-  for (; r < rows; ++r) RowsBlock<1, V>(d, coef + r * crs, crs, cls, len, mat, ms, out + r * ldo, ldo, add);
+  RowsRest<R - 1, V>(d, rows - r, coef + r * crs, crs, cls, len, mat, ms, out + r * ldo, ldo, add);
 }
 
 // `rows` rows of `vecs` vectors of Lanes(d) each, in blocks of at most kMaxVectors; see RowsBlock.

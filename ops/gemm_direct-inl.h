@@ -460,27 +460,18 @@ inline void GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
 #if ATTNKIT_HAVE_SMALL_GEMM
   // Short k (dx = dy·Wᵀ of a narrow layer) or at most one vector of columns: the small path's
   // tiles over all the rows, 10 to 12 rows of C in registers, op(B) read from b (the panel
-  // of a transposed B). The same values as DirectBlock's: a bias is added to the stored
-  // results afterwards, alpha·acc (+ beta·C) + bias as StoreTile rounds it (a Linear's head
-  // of 10 classes, [640, 128] × [128, 10] + b: 2.6× slower through the direct tiles' tail).
+  // of a transposed B). The same values as DirectBlock's, the bias added in the store as
+  // StoreTile adds it (a Linear's head of 10 classes, [640, 128] × [128, 10] + b: 2.6× slower
+  // through the direct tiles' tail).
   if (g.k <= 256 && (g.k <= 16 || j1 - j0 <= lanes)) {
     GemmArgs gs = g;
     gs.trans_b = false;
     gs.b = b;
     gs.ldb = ldb;
     gs.c = g.c + j0;
-    gs.bias = nullptr;
+    gs.bias = g.bias ? g.bias + j0 : nullptr;
     for (int64_t j = 0; j < j1 - j0; j += 2 * lanes)
       GemmSmall(gs, i0, i1, j, std::min(j1 - j0, j + 2 * lanes));
-    if (g.bias) {
-      const int64_t full = j0 + (j1 - j0) / lanes * lanes;
-      for (int64_t i = i0; i < i1; ++i) {
-        float* HWY_RESTRICT row = g.c + i * g.ldc;
-        int64_t j = j0;
-        for (; j < full; j += lanes) hn::StoreU(hn::Add(hn::LoadU(d, row + j), hn::LoadU(d, g.bias + j)), d, row + j);
-        for (; j < j1; ++j) row[j] += g.bias[j];
-      }
-    }
     return;
   }
 #endif

@@ -41,48 +41,41 @@ inline constexpr int64_t kSmallRows2 = 10;  // two vectors per row
 #if ATTNKIT_HAVE_SMALL_GEMM
 
 // Whether the small path computes block [i0, i1) × [j0, j1) of g: at most 24 rows, at most two
-// full vectors of columns (one when B is transposed), no bias (the products that have one are
-// a Linear's, with many rows).
+// full vectors of columns (one when B is transposed), a bias only with B not transposed.
 HWY_INLINE bool UseSmallPath(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(DF()));
   const int64_t cols = j1 - j0;
-  return g.bias == nullptr && i1 - i0 <= 24 && cols >= 5 && g.k <= 256 &&
+  return (g.bias == nullptr || !g.trans_b) && i1 - i0 <= 24 && cols >= 5 && g.k <= 256 &&
          cols <= (g.trans_b ? lanes : 2 * lanes);
 }
 
 // p[lanes of m] = alpha·acc combined with C as CombineVec does (the direct path's write-back,
-// lane for lane); every lane when !kMasked. The vectors come by value: an accumulator array
-// whose address a store helper took would be spilled to the stack on every k step.
-template <bool kMasked, class D>
+// lane for lane), with kBias + bias as CombineBias rounds it; every lane when
+// !kMasked. The vectors come by value: an accumulator array whose address a store helper took
+// would be spilled to the stack on every k step.
+template <bool kMasked, bool kBias, class D>
 HWY_INLINE void SmallStoreVec(D d, hn::Vec<D> acc, hn::Vec<D> va, hn::Vec<D> vb, Combine combine,
-                              hn::Mask<D> m, float* HWY_RESTRICT p) {
+                              hn::Mask<D> m, hn::Vec<D> bias, float* HWY_RESTRICT p) {
+  hn::Vec<D> v;
   if (combine == Combine::kOverwrite) {  // C is not read
-    if constexpr (kMasked) {
-      hn::BlendedStore(hn::Mul(acc, va), m, d, p);
-    } else {
-      hn::StoreU(hn::Mul(acc, va), d, p);
-    }
-    return;
-  }
-  const hn::Vec<D> old = kMasked ? hn::MaskedLoad(m, d, p) : hn::LoadU(d, p);
-  if (combine == Combine::kAdd) {
-    if constexpr (kMasked) {
-      hn::BlendedStore(hn::MulAdd(acc, va, old), m, d, p);
-    } else {
-      hn::StoreU(hn::MulAdd(acc, va, old), d, p);
-    }
-  } else if constexpr (kMasked) {
-    hn::BlendedStore(hn::MulAdd(acc, va, hn::Mul(vb, old)), m, d, p);
+    v = kBias ? hn::MulAdd(acc, va, bias) : hn::Mul(acc, va);
   } else {
-    hn::StoreU(hn::MulAdd(acc, va, hn::Mul(vb, old)), d, p);
+    const hn::Vec<D> old = kMasked ? hn::MaskedLoad(m, d, p) : hn::LoadU(d, p);
+    v = combine == Combine::kAdd ? hn::MulAdd(acc, va, old) : hn::MulAdd(acc, va, hn::Mul(vb, old));
+    if constexpr (kBias) v = hn::Add(v, bias);
+  }
+  if constexpr (kMasked) {
+    hn::BlendedStore(v, m, d, p);
+  } else {
+    hn::StoreU(v, d, p);
   }
 }
 
 // Rows i..i+R, columns j..j+cols (cols <= NV·Lanes(d), the last vector partial) of C, op(B) in
 // place (B not transposed): row kk of op(B) at b + kk·ldb.
 // kFull: cols == NV·Lanes(d), every vector stored whole (a masked store of a full mask costs
-// several times a plain one on Zen 4).
-template <class D, int R, int NV, bool kTransA, bool kFull>
+// several times a plain one on Zen 4). kBias: g.bias[j..] is added to every row (a Linear's).
+template <class D, int R, int NV, bool kTransA, bool kFull, bool kBias>
 HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t i, int64_t j, int64_t cols) {
   static_assert(NV == 1 || NV == 2, "one or two vectors per row");
   using V = hn::Vec<D>;
@@ -128,13 +121,22 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t i, int64_t j, int64_
   const V va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
   const Combine combine = FirstCombine(g.beta);
   float* HWY_RESTRICT c = g.c + i * g.ldc + j;
+  V bias0 = hn::Zero(d), bias1 = hn::Zero(d);
+  if constexpr (kBias) {
+    if constexpr (NV == 1) {
+      bias0 = kFull ? hn::LoadU(d, g.bias + j) : hn::MaskedLoad(mlast, d, g.bias + j);
+    } else {
+      bias0 = hn::LoadU(d, g.bias + j);
+      bias1 = kFull ? hn::LoadU(d, g.bias + j + lanes) : hn::MaskedLoad(mlast, d, g.bias + j + lanes);
+    }
+  }
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) {
     if constexpr (NV == 1) {
-      SmallStoreVec<!kFull>(d, acc0[r], va, vb, combine, mlast, c + r * g.ldc);
+      SmallStoreVec<!kFull, kBias>(d, acc0[r], va, vb, combine, mlast, bias0, c + r * g.ldc);
     } else {
-      SmallStoreVec<false>(d, acc0[r], va, vb, combine, mlast, c + r * g.ldc);
-      SmallStoreVec<!kFull>(d, acc1[r], va, vb, combine, mlast, c + r * g.ldc + lanes);
+      SmallStoreVec<false, kBias>(d, acc0[r], va, vb, combine, mlast, bias0, c + r * g.ldc);
+      SmallStoreVec<!kFull, kBias>(d, acc1[r], va, vb, combine, mlast, bias1, c + r * g.ldc + lanes);
     }
   }
 }
@@ -190,7 +192,8 @@ HWY_INLINE void SmallTileNT(D d, const GemmArgs& g, int64_t i, int64_t j, int64_
   const Combine combine = FirstCombine(g.beta);
   float* HWY_RESTRICT c = g.c + i * g.ldc + j;
 #pragma GCC unroll 12
-  for (int r = 0; r < R; ++r) SmallStoreVec<true>(d, acc[r], va, vb, combine, mcols, c + r * g.ldc);
+  for (int r = 0; r < R; ++r)
+    SmallStoreVec<true, false>(d, acc[r], va, vb, combine, mcols, hn::Zero(d), c + r * g.ldc);
 }
 
 // Calls fn(std::integral_constant<int, R>()) for the runtime rows (1 <= rows <= kMax <= 12).
@@ -212,7 +215,7 @@ HWY_INLINE void WithRows(int64_t rows, const Fn& fn) {
 
 // Rows [i0, i1) in tiles of at most kMax rows, as even as possible (which tile a row falls in
 // changes none of its values).
-template <class D, int NV, bool kTransA, bool kTransB, bool kFull = false>
+template <class D, int NV, bool kTransA, bool kTransB, bool kFull = false, bool kBias = false>
 HWY_INLINE void SmallRows(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64_t j,
                           int64_t cols) {
   constexpr int kMax = static_cast<int>(NV == 1 ? kSmallRows1 : kSmallRows2);
@@ -227,7 +230,7 @@ HWY_INLINE void SmallRows(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64_
       if constexpr (kTransB) {
         SmallTileNT<D, R, kTransA>(d, g, i, j, cols);
       } else {
-        SmallTileNN<D, R, NV, kTransA, kFull>(d, g, i, j, cols);
+        SmallTileNN<D, R, NV, kTransA, kFull, kBias>(d, g, i, j, cols);
       }
     });
     i += rows;
@@ -237,7 +240,21 @@ HWY_INLINE void SmallRows(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64_
 template <class D, int NV>
 HWY_INLINE void SmallBlock(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64_t j,
                            int64_t cols) {
-  if (g.trans_b) {
+  const bool full = cols == NV * static_cast<int64_t>(hn::Lanes(d));  // no masks (chosen here,
+  // outside the row-tile lambda)
+  if (g.bias) {  // (B not transposed: see UseSmallPath)
+    if (g.trans_a) {
+      if (full) {
+        SmallRows<D, NV, true, false, true, true>(d, g, i0, i1, j, cols);
+      } else {
+        SmallRows<D, NV, true, false, false, true>(d, g, i0, i1, j, cols);
+      }
+    } else if (full) {
+      SmallRows<D, NV, false, false, true, true>(d, g, i0, i1, j, cols);
+    } else {
+      SmallRows<D, NV, false, false, false, true>(d, g, i0, i1, j, cols);
+    }
+  } else if (g.trans_b) {
     if constexpr (NV == 1) {
       if (g.trans_a) {
         SmallRows<D, 1, true, true>(d, g, i0, i1, j, cols);
@@ -245,8 +262,7 @@ HWY_INLINE void SmallBlock(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64
         SmallRows<D, 1, false, true>(d, g, i0, i1, j, cols);
       }
     }
-  } else if (cols == NV * static_cast<int64_t>(hn::Lanes(d))) {  // no masks (chosen here,
-    // outside the row-tile lambda)
+  } else if (full) {
     if (g.trans_a) {
       SmallRows<D, NV, true, false, true>(d, g, i0, i1, j, cols);
     } else {

@@ -265,7 +265,8 @@ TEST_CASE("sgemm_bias_slice adds the bias on every SIMD target, whatever the sli
           "[gemm]") {
   const std::vector<int64_t> sizes = {1, 2, 7, 9, 13, 33};
   std::vector<Shape> shapes = kLargeShapes;
-  for (Shape s : {Shape{10, 10, 16}, Shape{640, 32, 32}, Shape{640, 128, 32}, Shape{37, 3, 13},
+  for (Shape s : {Shape{10, 10, 16}, Shape{640, 32, 32}, Shape{640, 128, 32}, Shape{256, 10, 32},
+                  Shape{640, 10, 128}, Shape{20, 10, 32}, Shape{37, 3, 13},
                   Shape{21, 7, 9}, Shape{300, 300, 300}, Shape{130, 600, 400}, Shape{5, 3, 0}})
     shapes.push_back(s);
   attnkit::test::for_each_simd_target([&](const std::string& target) {
