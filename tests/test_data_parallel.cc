@@ -132,11 +132,16 @@ std::vector<RankResult> train_group(
   return results;
 }
 
+// Losses of two runs that add the same gradients in a different order: `rel` over the first
+// 12 steps (a wrong sum shows at once), then 10× looser every 12 steps, because a rounding
+// difference grows as training goes on (neighbor-sum at 4-row batches: 1e-5 by step 35 and
+// 1e-3 by step 45 between two graphs that only round differently).
 void require_close(const std::vector<float>& a, const std::vector<float>& b, double rel) {
   REQUIRE(a.size() == b.size());
   for (size_t i = 0; i < a.size(); ++i) {
-    INFO("step " << i + 1 << ": " << a[i] << " vs " << b[i]);
-    REQUIRE(std::abs(double(a[i]) - double(b[i])) <= rel * std::abs(double(b[i])) + 1e-7);
+    const double tol = rel * std::pow(10.0, static_cast<double>(i / 12));
+    INFO("step " << i + 1 << ": " << a[i] << " vs " << b[i] << " (relative tolerance " << tol << ")");
+    REQUIRE(std::abs(double(a[i]) - double(b[i])) <= tol * std::abs(double(b[i])) + 1e-7);
   }
 }
 
