@@ -16,7 +16,10 @@ class Collective {
   // Element-wise sum over every process, in place. Every element is added in rank order
   // (((x0 + x1) + x2) + …), so a group of a given size gives the same bits on every run,
   // whatever the timing or the transport's own algorithms.
+  // data holds sum_room(n) floats: the n values, then scratch the transport uses in place of
+  // copies of its own (its contents before and after do not matter).
   virtual void sum(float* data, int64_t n) = 0;
+  virtual int64_t sum_room(int64_t n) const { return n; }
   // Every process's value, in rank order.
   virtual std::vector<uint64_t> all_gather(uint64_t value) = 0;
   // Totals over the calls of sum(): bytes each process sent and received, and the seconds

@@ -331,7 +331,7 @@ class GroupSum final : public GradientHook {
   GroupSum(Collective& group, std::vector<float>& payload, const float* loss, float weight, bool asked_stop)
       : group_(group), payload_(payload), loss_(loss), weight_(weight), asked_stop_(asked_stop) {}
   void on_gradients(float* grads, int64_t n) override {
-    payload_.resize(static_cast<size_t>(n + 2));  // allocates at the first step only
+    payload_.resize(static_cast<size_t>(group_.sum_room(n + 2)));  // allocates at the first step only
     float* p = payload_.data();
     const float w = weight_;
     for (int64_t i = 0; i < n; ++i) p[i] = grads[i] * w;

@@ -103,7 +103,10 @@ HWY_INLINE void RowsRest(D d, int64_t rows, const float* coef, int64_t crs, int6
 template <int V, class D>
 HWY_INLINE void RowsOf(D d, int64_t rows, const float* coef, int64_t crs, int64_t cls, int64_t len,
                        const float* mat, int64_t ms, float* out, int64_t ldo, bool add) {
-  constexpr int R = V >= 12 ? 1 : 12 / V;  // about 12 accumulators
+  // Up to 12 accumulators, leaving room for the V matrix vectors and a broadcast in the 16
+  // vector registers of AVX2 / SSE4 (32 on AVX-512).
+  constexpr int kAccumulators = kMaxLanes >= 16 ? 12 : std::min(12, 14 - V);
+  constexpr int R = V >= kAccumulators ? 1 : kAccumulators / V;
   int64_t r = 0;
   for (; r + R <= rows; r += R)
     RowsBlock<R, V>(d, coef + r * crs, crs, cls, len, mat, ms, out + r * ldo, ldo, add);

@@ -51,27 +51,24 @@ void MpiGroup::abort(int code) {
 
 void MpiGroup::sum(float* data, int64_t n) {
   const auto start = std::chrono::steady_clock::now();
-  const int64_t size = size_, chunk = (n + size - 1) / size;
+  const int64_t size = size_, chunk = this->chunk(n);
   if (chunk > (int64_t{1} << 30)) throw Error("MPI: " + std::to_string(n) + " floats are too many for one sum");
-  send_.resize(static_cast<size_t>(size * chunk));
   recv_.resize(static_cast<size_t>(size * chunk));
-  mine_.resize(static_cast<size_t>(chunk));
-  std::memcpy(send_.data(), data, static_cast<size_t>(n) * sizeof(float));
-  std::fill(send_.begin() + n, send_.end(), 0.0f);
   const int c = static_cast<int>(chunk);
-  // recv_ [k·chunk, (k+1)·chunk) = process k's piece of this process's chunk.
+  // recv_ [k·chunk, (k+1)·chunk) = process k's piece of this process's chunk. (The room past
+  // n in data is sent too; what it holds ends in the room's sums, which nobody reads.)
   MPI_Request request;
-  check(MPI_Ialltoall(send_.data(), c, MPI_FLOAT, recv_.data(), c, MPI_FLOAT, MPI_COMM_WORLD, &request), "MPI_Ialltoall");
+  check(MPI_Ialltoall(data, c, MPI_FLOAT, recv_.data(), c, MPI_FLOAT, MPI_COMM_WORLD, &request), "MPI_Ialltoall");
   wait(&request, "MPI_Ialltoall");
-  float* mine = mine_.data();
+  float* mine = data + rank_ * chunk;
   std::memcpy(mine, recv_.data(), static_cast<size_t>(chunk) * sizeof(float));
   for (int64_t k = 1; k < size; ++k) {
     const float* part = recv_.data() + k * chunk;
     for (int64_t i = 0; i < chunk; ++i) mine[i] += part[i];
   }
-  check(MPI_Iallgather(mine, c, MPI_FLOAT, send_.data(), c, MPI_FLOAT, MPI_COMM_WORLD, &request), "MPI_Iallgather");
+  check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, c, MPI_FLOAT, MPI_COMM_WORLD, &request),
+        "MPI_Iallgather");
   wait(&request, "MPI_Iallgather");
-  std::memcpy(data, send_.data(), static_cast<size_t>(n) * sizeof(float));
   bytes_ += 2 * (size - 1) * chunk * static_cast<int64_t>(sizeof(float));
   seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

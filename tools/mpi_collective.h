@@ -41,7 +41,11 @@ class MpiGroup final : public Collective {
   // order, then every process gathers the summed chunks. 2·(size−1)/size of the data goes out
   // and comes in per process, as in a ring all-reduce, and the sums do not depend on timing
   // or on which algorithms the MPI library picks.
+  // In place: the reduce-scatter sends from data (padded to size() equal chunks, the room
+  // sum_room asks for) and the summed chunk is written into its place in data for an in-place
+  // all-gather, so the data is not copied in and out of buffers of its own.
   void sum(float* data, int64_t n) override;
+  int64_t sum_room(int64_t n) const override { return chunk(n) * size_; }
   std::vector<uint64_t> all_gather(uint64_t value) override;
   int64_t bytes_summed() const override { return bytes_; }
   double seconds_summing() const override { return seconds_; }
@@ -58,10 +62,11 @@ class MpiGroup final : public Collective {
   [[noreturn]] static void abort(int code);
 
  private:
+  int64_t chunk(int64_t n) const { return (n + size_ - 1) / size_; }
   void wait(void* request, const char* what);  // an MPI_Request, polled
   int rank_ = 0, size_ = 1;
   const volatile int* stop_flag_ = nullptr;
-  std::vector<float> send_, recv_, mine_;
+  std::vector<float> recv_;
   int64_t bytes_ = 0;
   double seconds_ = 0;
 };
