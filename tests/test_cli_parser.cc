@@ -135,3 +135,21 @@ TEST_CASE("cli parser: the fuzz seeds and regression inputs in tests/data/fuzz_c
   CHECK(files >= 10);
   CHECK(regressions >= 3);
 }
+
+TEST_CASE("cli parser: comma-separated index lists of --snapshot-steps and --attention") {
+  using attnkit::cli::parse_index_list;
+  CHECK(parse_index_list("0,10,20", "bad") == std::vector<int64_t>{0, 10, 20});
+  CHECK(parse_index_list("7,3,7", "bad") == std::vector<int64_t>{7, 3, 7});  // in the order given
+  CHECK(parse_index_list("0, 10", "bad") == std::vector<int64_t>{0, 10});  // a space after a comma
+  CHECK(parse_index_list("", "bad").empty());
+  CHECK(parse_index_list("none", "bad").empty());
+  for (const char* text : {"1,x", "1,,2", "-1", "1,", ",1", "2.5", "99999999999999999999", "1 "}) {
+    INFO(text);
+    try {
+      parse_index_list(text, std::string("bad list ") + text);
+      FAIL("accepted");
+    } catch (const attnkit::cli::UsageError& e) {
+      CHECK(std::string(e.what()) == std::string("bad list ") + text);
+    }
+  }
+}

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -234,6 +235,22 @@ void CommandLine::parse(int argc, const char* const* argv) {
   } else if (render_->parsed()) {
     a.command = Command::kRender;
   }
+}
+
+std::vector<int64_t> parse_index_list(const std::string& text, const std::string& bad_list) {
+  std::vector<int64_t> out;
+  if (text.empty() || text == "none") return out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0 || errno == ERANGE) throw UsageError(bad_list);
+    out.push_back(v);
+  }
+  if (text.back() == ',') throw UsageError(bad_list);  // getline drops a last empty entry
+  return out;
 }
 
 }  // namespace attnkit::cli

@@ -24,6 +24,10 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The integers >= 0 of a comma-separated list ("0,10,20"; "" and "none": no entries), in
+// their order; an entry that is not one throws UsageError(bad_list) (tools/cli_parser.cc).
+std::vector<int64_t> parse_index_list(const std::string& text, const std::string& bad_list);
+
 // `train` and `infer --out` saved everything but the pictures, which could not be drawn or
 // written (metrics.json says "pictures_written": false and why).
 constexpr int kExitPicturesFailed = 3;

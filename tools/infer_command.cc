@@ -29,19 +29,12 @@ namespace {
 // --attention all|none|K,K2,…: the selected sequence indices (sorted), all = every one.
 std::vector<int64_t> selected_sequences(const std::string& text, int64_t n, bool* all) {
   *all = text == "all";
-  std::vector<int64_t> out;
-  if (*all || text == "none") return out;
-  std::set<int64_t> picked;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 0)
-      throw UsageError("--attention: '" + text + "' is not all, none or a comma-separated list of sequence indices");
+  if (*all) return {};
+  const std::vector<int64_t> listed = parse_index_list(
+      text, "--attention: '" + text + "' is not all, none or a comma-separated list of sequence indices");
+  for (int64_t v : listed)
     if (v >= n) throw UsageError(fmt::format("--attention: sequence {} is outside the data ({} sequences)", v, n));
-    picked.insert(v);
-  }
+  const std::set<int64_t> picked(listed.begin(), listed.end());
   return {picked.begin(), picked.end()};
 }
 

@@ -33,18 +33,8 @@ bool TrainArgs::has(const std::string& flag) const {
 namespace {
 
 std::vector<int64_t> parse_steps(const std::string& text) {
-  std::vector<int64_t> steps;
-  if (text.empty() || text == "none") return steps;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 0)
-      throw UsageError("--snapshot-steps: '" + text + "' is not a comma-separated list of steps >= 0 (e.g. 0,10,20)");
-    steps.push_back(v);
-  }
-  return steps;
+  return parse_index_list(text, "--snapshot-steps: '" + text +
+                                    "' is not a comma-separated list of steps >= 0 (e.g. 0,10,20)");
 }
 
 // "runs/x/model.safetensors" for a folder, the path itself for a file.
