@@ -144,8 +144,8 @@ HWY_INLINE bool Fits(DT dt, DH dhd, const AttentionDims& m) {
 }
 
 // dst[c·ldd + r] = src[r·lds + c] for r < rows, c < cols, and zeros for r in [rows, pad_to).
-// Where 256-bit vectors exist, whole 8 × 8 blocks move through register shuffles (the scalar
-// loop was a quarter of the kernel's time).
+// Where 256-bit vectors exist, tiles of at least 8 × 8 move in 8 × 8 blocks through register
+// shuffles (the scalar loop was a quarter of the kernel's time).
 template <class D>
 HWY_INLINE void TransposeTile(D d, const float* HWY_RESTRICT src, int64_t lds, int64_t rows, int64_t cols,
                               float* HWY_RESTRICT dst, int64_t ldd, int64_t pad_to) {
@@ -161,15 +161,26 @@ HWY_INLINE void TransposeTile(D d, const float* HWY_RESTRICT src, int64_t lds, i
       for (int64_t r = rows; r < pad_to; ++r) out[r] = 0.0f;
     }
   }
-  int64_t r8 = 0, c8 = 0;
 #if ATTNKIT_HAVE_TRANSPOSE8
-  r8 = rows / 8 * 8, c8 = cols / 8 * 8;
-  for (int64_t r0 = 0; r0 < r8; r0 += 8)
-    for (int64_t c0 = 0; c0 < c8; c0 += 8) TransposeBlock8x8(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
+  // Whole 8 × 8 blocks; a ragged last block of rows or columns overlaps the one before it and
+  // rewrites the same values (the scalar copies of a 10 × 16 tile's last two rows were most of
+  // the fused backward's own time at T = 10).
+  if (rows >= 8 && cols >= 8) {
+    for (int64_t r0 = 0;; r0 += 8) {
+      r0 = std::min(r0, rows - 8);
+      for (int64_t c0 = 0;; c0 += 8) {
+        c0 = std::min(c0, cols - 8);
+        TransposeBlock8x8(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
+        if (c0 + 8 >= cols) break;
+      }
+      if (r0 + 8 >= rows) break;
+    }
+    return;
+  }
 #endif
   for (int64_t c = 0; c < cols; ++c) {
     float* out = dst + c * ldd;
-    for (int64_t r = c < c8 ? r8 : 0; r < rows; ++r) out[r] = src[r * lds + c];
+    for (int64_t r = 0; r < rows; ++r) out[r] = src[r * lds + c];
   }
 }
 
