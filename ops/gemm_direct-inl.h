@@ -169,12 +169,14 @@ HWY_INLINE hn::Vec<D> DirectBroadcast(D d, const float* HWY_RESTRICT p) {
 // C[i, j], bias at bias[j]. The accumulators are a one-dimensional local array, so they stay
 // in registers (AccumulateTile's array, passed by reference, is partly spilled: one chain
 // through memory, every accumulator stored and reloaded before the write-back). The FMA
-// chains and the write-back are AccumulateTile's and StoreTile's, element for element.
-template <class D, int R, int NV, bool kBias, bool kAlphaOne>
+// chains and the write-back are AccumulateTile's and StoreTile's, element for element. With
+// kEpilogue (C overwritten only) g's relu / mask / addend go into the same stores, c being
+// C[i, j] (EpilogueLanes: the separate pass's bits).
+template <class D, int R, int NV, bool kBias, bool kAlphaOne, bool kEpilogue = false>
 HWY_INLINE void DirectTileN(D d, const GemmArgs& g, const float* HWY_RESTRICT a, int64_t ar,
                             int64_t ak, const float* HWY_RESTRICT b, int64_t ldb,
                             float* HWY_RESTRICT c, const float* HWY_RESTRICT bias,
-                            Combine combine) {
+                            Combine combine, int64_t i = 0, int64_t j = 0) {
   using V = hn::Vec<D>;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), k = g.k;
   V acc[R * NV];
@@ -214,13 +216,15 @@ HWY_INLINE void DirectTileN(D d, const GemmArgs& g, const float* HWY_RESTRICT a,
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v)
-        hn::StoreU(DirectCombine<kBias, kAlphaOne>(d, acc[r * NV + v], va, vb, hn::Zero(d),
-                                                   Combine::kOverwrite, bb[v]),
-                   d, c + r * ldc + v * lanes);
+      for (int v = 0; v < NV; ++v) {
+        V x = DirectCombine<kBias, kAlphaOne>(d, acc[r * NV + v], va, vb, hn::Zero(d), Combine::kOverwrite, bb[v]);
+        if constexpr (kEpilogue) x = EpilogueLanes<false>(d, g, x, hn::FirstN(d, 0), i + r, j + v * lanes);
+        hn::StoreU(x, d, c + r * ldc + v * lanes);
+      }
     }
     return;
   }
+  if constexpr (kEpilogue) return;  // (kEpilogue: C is always overwritten, above)
   // One loop per combine, each with its combine a constant (no per-vector choice between
   // results that the compiler could turn into a select).
   auto read_combine = [&](auto combine_tag) {
@@ -262,7 +266,9 @@ inline bool DirectHalfTiles() {
 // which reads whole vectors up to V columns before j1 when j1 - j0 < V (not on AVX-512:
 // masked loads). Whole 2V-column tiles first (with kHalf, of 256-bit vectors: 16 columns),
 // then the ragged rest.
-template <int R, bool kBias, bool kAlphaOne, bool kHalf>
+// With kEpilogue: whole tiles only, C overwritten, the epilogue in the tiles' stores (see
+// DirectFusesEpilogue).
+template <int R, bool kBias, bool kAlphaOne, bool kHalf, bool kEpilogue = false>
 HWY_INLINE void DirectRows(DF d, const GemmArgs& g, int64_t i, const float* b, int64_t ldb,
                            int64_t j0, int64_t j1) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), nr = 2 * lanes;
@@ -281,6 +287,13 @@ HWY_INLINE void DirectRows(DF d, const GemmArgs& g, int64_t i, const float* b, i
     }
   }
 #endif
+  if constexpr (kEpilogue) {
+    for (; j + nr <= j1; j += nr) {
+      DirectTileN<DF, R, 2, kBias, kAlphaOne, true>(d, g, a, ar, ak, b + (j - j0), ldb, c + j,
+                                                    kBias ? g.bias + j : nullptr, Combine::kOverwrite, i, j);
+    }
+    return;
+  }
   for (; j + nr <= j1; j += nr) {
     DirectTileN<DF, R, 2, kBias, kAlphaOne>(d, g, a, ar, ak, b + (j - j0), ldb, c + j,
                                             kBias ? g.bias + j : nullptr, combine);
@@ -399,15 +412,23 @@ inline HWY_NOINLINE void GemmDirectChunked(DF d, const GemmArgs& g, const float*
 }
 
 // Rows [i0, i1) × columns [j0, j1) of a direct block whose op(B) columns are at b.
-template <bool kBias, bool kAlphaOne, bool kHalf = false>
+template <bool kBias, bool kAlphaOne, bool kHalf = false, bool kEpilogue = false>
 HWY_INLINE void DirectBlock(DF d, const GemmArgs& g, const float* b, int64_t ldb, int64_t i0,
                             int64_t i1, int64_t j0, int64_t j1) {
   for (int64_t ic = i0; ic < i1; ic += gemm_detail::kDirectRows) {
     const int64_t ie = std::min(i1, ic + gemm_detail::kDirectRows);
     ForEachRowTile(ic, ie, [&](auto r_tag, int64_t i) {
-      DirectRows<decltype(r_tag)::value, kBias, kAlphaOne, kHalf>(d, g, i, b, ldb, j0, j1);
+      DirectRows<decltype(r_tag)::value, kBias, kAlphaOne, kHalf, kEpilogue>(d, g, i, b, ldb, j0, j1);
     });
   }
+}
+
+// Whether the direct tiles apply g's epilogue in their stores for columns [j0, j1): whole
+// 512-bit tiles only (no ragged tail, no 256-bit tiles) and C overwritten (a Linear's forward
+// with a residual addend, x·W + b + r: the separate pass over [640, 128] was 2.5% of
+// neighbor-sum's step).
+inline bool DirectFusesEpilogue(const GemmArgs& g, int64_t j0, int64_t j1, int64_t lanes) {
+  return g.has_epilogue() && g.beta == 0.0f && (j1 - j0) % (2 * lanes) == 0 && !DirectHalfTiles();
 }
 
 // DirectBlock with the 256-bit tiles (where DirectHalfTiles) and the alpha == 1 write-back
@@ -429,6 +450,14 @@ HWY_INLINE void DirectBlockHalf(DF d, const GemmArgs& g, const float* b, int64_t
 template <bool kBias>
 HWY_INLINE void DirectBlockAlpha(DF d, const GemmArgs& g, const float* b, int64_t ldb,
                                  int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  if (DirectFusesEpilogue(g, j0, j1, static_cast<int64_t>(hn::Lanes(d)))) {
+    if (g.alpha == 1.0f) {
+      DirectBlock<kBias, true, false, true>(d, g, b, ldb, i0, i1, j0, j1);
+    } else {
+      DirectBlock<kBias, false, false, true>(d, g, b, ldb, i0, i1, j0, j1);
+    }
+    return;
+  }
   if (g.alpha == 1.0f) {
     DirectBlockHalf<kBias, true>(d, g, b, ldb, i0, i1, j0, j1);
   } else {
@@ -436,7 +465,9 @@ HWY_INLINE void DirectBlockAlpha(DF d, const GemmArgs& g, const float* b, int64_
   }
 }
 
-inline void GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+// Returns whether g's epilogue (relu / mask / addend) was applied (in the small path's or the
+// whole tiles' stores); else the caller applies it.
+inline bool GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const float* b = g.b + j0;
@@ -463,6 +494,9 @@ inline void GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
   // of a transposed B). The same values as DirectBlock's, the bias added in the store as
   // StoreTile adds it (a Linear's head of 10 classes, [640, 128] × [128, 10] + b: 2.6× slower
   // through the direct tiles' tail).
+  // The epilogue goes into the same stores (a ReLU's backward mask on dx = dy·Wᵀ of a narrow
+  // layer: the separate pass over [640, 128] was 3% of neighbor-sum's step), except with a
+  // transposed A.
   if (g.k <= 256 && (g.k <= 16 || j1 - j0 <= lanes)) {
     GemmArgs gs = g;
     gs.trans_b = false;
@@ -470,20 +504,25 @@ inline void GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
     gs.ldb = ldb;
     gs.c = g.c + j0;
     gs.bias = g.bias ? g.bias + j0 : nullptr;
+    const bool fuse = g.has_epilogue() && !g.trans_a;
+    gs.relu = fuse && g.relu;
+    gs.mask = fuse && g.mask ? g.mask + j0 : nullptr;
+    gs.addend = fuse && g.addend ? g.addend + j0 : nullptr;
     for (int64_t j = 0; j < j1 - j0; j += 2 * lanes)
       GemmSmall(gs, i0, i1, j, std::min(j1 - j0, j + 2 * lanes));
-    return;
+    return fuse;
   }
 #endif
   if (DirectChunked(g.k, j1 - j0, lanes)) {
     GemmDirectChunked(d, g, b, ldb, i0, i1, j0, j1);
-    return;
+    return false;
   }
   if (g.bias) {
     DirectBlockAlpha<true>(d, g, b, ldb, i0, i1, j0, j1);
   } else {
     DirectBlockAlpha<false>(d, g, b, ldb, i0, i1, j0, j1);
   }
+  return DirectFusesEpilogue(g, j0, j1, lanes);
 }
 
 // ------------------------------------------------------------------ swapped direct path

@@ -81,20 +81,22 @@ inline void GemmBlock(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int
     GemmPacked(g, i0, i1, j0, j1);  // its epilogue runs per tile
     return;
   }
+  bool fused = false;  // the epilogue applied in the path's own stores
   if (gemm_detail::use_short_k_path(g.m, g.n, g.k)) {
     GemmShortK(g, i0, i1, j0, j1);
 #if ATTNKIT_HAVE_SMALL_GEMM
   } else if (UseSmallPath(g, i0, i1, j0, j1)) {
-    GemmSmall(g, i0, i1, j0, j1);
+    GemmSmall(g, i0, i1, j0, j1);  // (takes an epilogue only where it fuses it)
+    fused = true;
 #endif
   } else if (gemm_detail::use_swapped_path(g.trans_a, g.m, g.n)) {
     GemmSwapped(g, i0, i1, j0, j1);
   } else if (gemm_detail::use_dot_path(g.trans_a, g.n)) {
     GemmDot(g, i0, i1, j0, j1);
   } else {
-    GemmDirect(g, i0, i1, j0, j1);
+    fused = GemmDirect(g, i0, i1, j0, j1);
   }
-  if (g.has_epilogue()) Epilogue(g, i0, i1, j0, j1);  // the block is this call's, done
+  if (g.has_epilogue() && !fused) Epilogue(g, i0, i1, j0, j1);  // the block is this call's, done
 }
 
 inline void GemmRowsDynamic(const GemmArgs& g, std::atomic<int64_t>* next, int64_t rows) {

@@ -45,17 +45,19 @@ inline constexpr int64_t kSmallRows2 = 10;  // two vectors per row
 HWY_INLINE bool UseSmallPath(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(DF()));
   const int64_t cols = j1 - j0;
-  return (g.bias == nullptr || !g.trans_b) && i1 - i0 <= 24 && cols >= 5 && g.k <= 256 &&
-         cols <= (g.trans_b ? lanes : 2 * lanes);
+  return (g.bias == nullptr || !g.trans_b) && (!g.has_epilogue() || (!g.trans_a && !g.trans_b)) &&
+         i1 - i0 <= 24 && cols >= 5 && g.k <= 256 && cols <= (g.trans_b ? lanes : 2 * lanes);
 }
 
 // p[lanes of m] = alpha·acc combined with C as CombineVec does (the direct path's write-back,
-// lane for lane), with kBias + bias as CombineBias rounds it; every lane when
-// !kMasked. The vectors come by value: an accumulator array whose address a store helper took
-// would be spilled to the stack on every k step.
-template <bool kMasked, bool kBias, class D>
+// lane for lane), with kBias + bias as CombineBias rounds it, with kEpilogue g's epilogue for
+// row i and columns from j (EpilogueLanes); every lane when !kMasked. The vectors come by
+// value: an accumulator array whose address a store helper took would be spilled to the stack
+// on every k step.
+template <bool kMasked, bool kBias, bool kEpilogue, class D>
 HWY_INLINE void SmallStoreVec(D d, hn::Vec<D> acc, hn::Vec<D> va, hn::Vec<D> vb, Combine combine,
-                              hn::Mask<D> m, hn::Vec<D> bias, float* HWY_RESTRICT p) {
+                              hn::Mask<D> m, hn::Vec<D> bias, const GemmArgs& g, int64_t i, int64_t j,
+                              float* HWY_RESTRICT p) {
   hn::Vec<D> v;
   if (combine == Combine::kOverwrite) {  // C is not read
     v = kBias ? hn::MulAdd(acc, va, bias) : hn::Mul(acc, va);
@@ -64,6 +66,7 @@ HWY_INLINE void SmallStoreVec(D d, hn::Vec<D> acc, hn::Vec<D> va, hn::Vec<D> vb,
     v = combine == Combine::kAdd ? hn::MulAdd(acc, va, old) : hn::MulAdd(acc, va, hn::Mul(vb, old));
     if constexpr (kBias) v = hn::Add(v, bias);
   }
+  if constexpr (kEpilogue) v = EpilogueLanes<kMasked>(d, g, v, m, i, j);
   if constexpr (kMasked) {
     hn::BlendedStore(v, m, d, p);
   } else {
@@ -74,8 +77,9 @@ HWY_INLINE void SmallStoreVec(D d, hn::Vec<D> acc, hn::Vec<D> va, hn::Vec<D> vb,
 // Rows i..i+R, columns j..j+cols (cols <= NV·Lanes(d), the last vector partial) of C, op(B) in
 // place (B not transposed): row kk of op(B) at b + kk·ldb.
 // kFull: cols == NV·Lanes(d), every vector stored whole (a masked store of a full mask costs
-// several times a plain one on Zen 4). kBias: g.bias[j..] is added to every row (a Linear's).
-template <class D, int R, int NV, bool kTransA, bool kFull, bool kBias>
+// several times a plain one on Zen 4). kBias: g.bias[j..] is added to every row (a Linear's);
+// kEpilogue: g's relu / mask / addend in the same store (a Linear–ReLU's backward dx).
+template <class D, int R, int NV, bool kTransA, bool kFull, bool kBias, bool kEpilogue>
 HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t i, int64_t j, int64_t cols) {
   static_assert(NV == 1 || NV == 2, "one or two vectors per row");
   using V = hn::Vec<D>;
@@ -133,10 +137,11 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t i, int64_t j, int64_
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) {
     if constexpr (NV == 1) {
-      SmallStoreVec<!kFull, kBias>(d, acc0[r], va, vb, combine, mlast, bias0, c + r * g.ldc);
+      SmallStoreVec<!kFull, kBias, kEpilogue>(d, acc0[r], va, vb, combine, mlast, bias0, g, i + r, j, c + r * g.ldc);
     } else {
-      SmallStoreVec<false, kBias>(d, acc0[r], va, vb, combine, mlast, bias0, c + r * g.ldc);
-      SmallStoreVec<!kFull, kBias>(d, acc1[r], va, vb, combine, mlast, bias1, c + r * g.ldc + lanes);
+      SmallStoreVec<false, kBias, kEpilogue>(d, acc0[r], va, vb, combine, mlast, bias0, g, i + r, j, c + r * g.ldc);
+      SmallStoreVec<!kFull, kBias, kEpilogue>(d, acc1[r], va, vb, combine, mlast, bias1, g, i + r, j + lanes,
+                                              c + r * g.ldc + lanes);
     }
   }
 }
@@ -193,7 +198,7 @@ HWY_INLINE void SmallTileNT(D d, const GemmArgs& g, int64_t i, int64_t j, int64_
   float* HWY_RESTRICT c = g.c + i * g.ldc + j;
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r)
-    SmallStoreVec<true, false>(d, acc[r], va, vb, combine, mcols, hn::Zero(d), c + r * g.ldc);
+    SmallStoreVec<true, false, false>(d, acc[r], va, vb, combine, mcols, hn::Zero(d), g, i + r, j, c + r * g.ldc);
 }
 
 // Calls fn(std::integral_constant<int, R>()) for the runtime rows (1 <= rows <= kMax <= 12).
@@ -215,7 +220,8 @@ HWY_INLINE void WithRows(int64_t rows, const Fn& fn) {
 
 // Rows [i0, i1) in tiles of at most kMax rows, as even as possible (which tile a row falls in
 // changes none of its values).
-template <class D, int NV, bool kTransA, bool kTransB, bool kFull = false, bool kBias = false>
+template <class D, int NV, bool kTransA, bool kTransB, bool kFull = false, bool kBias = false,
+          bool kEpilogue = false>
 HWY_INLINE void SmallRows(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64_t j,
                           int64_t cols) {
   constexpr int kMax = static_cast<int>(NV == 1 ? kSmallRows1 : kSmallRows2);
@@ -230,7 +236,7 @@ HWY_INLINE void SmallRows(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64_
       if constexpr (kTransB) {
         SmallTileNT<D, R, kTransA>(d, g, i, j, cols);
       } else {
-        SmallTileNN<D, R, NV, kTransA, kFull, kBias>(d, g, i, j, cols);
+        SmallTileNN<D, R, NV, kTransA, kFull, kBias, kEpilogue>(d, g, i, j, cols);
       }
     });
     i += rows;
@@ -242,7 +248,19 @@ HWY_INLINE void SmallBlock(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64
                            int64_t cols) {
   const bool full = cols == NV * static_cast<int64_t>(hn::Lanes(d));  // no masks (chosen here,
   // outside the row-tile lambda)
-  if (g.bias) {  // (B not transposed: see UseSmallPath)
+  if (g.has_epilogue()) {  // (neither operand transposed: see UseSmallPath and GemmDirect)
+    if (g.bias) {
+      if (full) {
+        SmallRows<D, NV, false, false, true, true, true>(d, g, i0, i1, j, cols);
+      } else {
+        SmallRows<D, NV, false, false, false, true, true>(d, g, i0, i1, j, cols);
+      }
+    } else if (full) {
+      SmallRows<D, NV, false, false, true, false, true>(d, g, i0, i1, j, cols);
+    } else {
+      SmallRows<D, NV, false, false, false, false, true>(d, g, i0, i1, j, cols);
+    }
+  } else if (g.bias) {  // (B not transposed: see UseSmallPath)
     if (g.trans_a) {
       if (full) {
         SmallRows<D, NV, true, false, true, true>(d, g, i0, i1, j, cols);

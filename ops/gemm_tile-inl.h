@@ -204,15 +204,34 @@ inline Combine FirstCombine(float beta) {
   return beta == 0.0f ? Combine::kOverwrite : beta == 1.0f ? Combine::kAdd : Combine::kScale;
 }
 
-// The relu / mask / addend epilogue of one stored value v of C's row i, columns from j
-// (count of them): the same vector operations as ops/elementwise.cc's relu_forward
-// (max(v, 0)), relu_backward (v where mask > 0, else 0) and add_forward (v + addend), so the
-// fused results are bitwise theirs.
-HWY_INLINE VF EpilogueVec(DF d, const GemmArgs& g, VF v, int64_t i, int64_t j, size_t count) {
+// The relu / mask / addend epilogue of one stored value v of C's row i, columns from j; load(p)
+// reads the mask's or the addend's vector at p: the same vector operations as
+// ops/elementwise.cc's relu_forward (max(v, 0)), relu_backward (v where mask > 0, else 0) and
+// add_forward (v + addend), so the fused results are bitwise theirs.
+template <class D, class Load>
+HWY_INLINE hn::Vec<D> EpilogueWith(D d, const GemmArgs& g, hn::Vec<D> v, int64_t i, int64_t j, const Load& load) {
   if (g.relu) v = hn::Max(v, hn::Zero(d));
-  if (g.mask) v = hn::IfThenElseZero(hn::Gt(LoadFirst(d, g.mask + i * g.ldm + j, count), hn::Zero(d)), v);
-  if (g.addend) v = hn::Add(v, LoadFirst(d, g.addend + i * g.ld_addend + j, count));
+  if (g.mask) v = hn::IfThenElseZero(hn::Gt(load(g.mask + i * g.ldm + j), hn::Zero(d)), v);
+  if (g.addend) v = hn::Add(v, load(g.addend + i * g.ld_addend + j));
   return v;
+}
+
+// For `count` lanes of a full-width vector.
+HWY_INLINE VF EpilogueVec(DF d, const GemmArgs& g, VF v, int64_t i, int64_t j, size_t count) {
+  return EpilogueWith(d, g, v, i, j, [&](const float* p) { return LoadFirst(d, p, count); });
+}
+
+// For vectors of any width D, whole (!kMasked) or the lanes of m (fault-free masked loads): the
+// small path's and the direct tiles' stores, which apply it while C is in registers.
+template <bool kMasked, class D>
+HWY_INLINE hn::Vec<D> EpilogueLanes(D d, const GemmArgs& g, hn::Vec<D> v, hn::Mask<D> m, int64_t i, int64_t j) {
+  return EpilogueWith(d, g, v, i, j, [&](const float* p) {
+    if constexpr (kMasked) {
+      return hn::MaskedLoad(m, d, p);
+    } else {
+      return hn::LoadU(d, p);
+    }
+  });
 }
 
 // The epilogue over C[i0..i1, j0..j1), after the final store of those elements (the packed
