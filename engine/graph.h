@@ -44,8 +44,10 @@ struct NodeAttrs {
   // kLinear: y = max(x·W + b, 0), a ReLU run in the product's store. kLinearBackward: x is a
   // ReLU's output and dx the gradient of that ReLU's input, (dy·Wᵀ) where x > 0. Set by
   // Graph::backward() when it fuses the ReLUs of a training graph (see fuse_elementwise).
-  // (A kLinear may also have a 4th input r, added in its store: y = x·W + b (relu'd) + r.)
-  bool relu = false;
+  // (A kLinear may also have a 4th input r, added in its store: y = x·W + b (relu'd) + r, or
+  // with relu_last y = max(x·W + b + r, 0): a training graph's folded head, Linear–ReLU after
+  // a residual sum.)
+  bool relu = false, relu_last = false;
   // kMaskedFill: the fill value. kDropout, kDropoutBackward: the drop probability p.
   float value = 0.0f;
   // kDropout, kDropoutBackward: the seed the drop masks are drawn from.

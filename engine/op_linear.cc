@@ -34,6 +34,7 @@ void linear_run(const RunContext& c, const Node& n, Slice s) {
   e.bias = n.in[2] != kNoTensor ? c.f32(n.in[2]) : nullptr;
   e.relu = n.attrs.relu;  // y = max(x·W + b, 0) (a fused ReLU, see Graph::fuse_elementwise)
   if (n.in.size() > 3) e.addend = c.f32(n.in[3]), e.ld_addend = out;  // a fused residual sum
+  e.relu_last = n.attrs.relu_last;  // max(x·W + b + r, 0)
   // Accumulating (inference graphs, Graph::fuse_residual_relu): y = relu(x·W + y + b), y
   // written before by a lookup.
   sgemm_epilogue_slice(false, false, rows, out, in, 1.0f, c.f32(n.in[0]), in, c.f32(n.in[1]),

@@ -449,15 +449,26 @@ void Graph::fuse_elementwise(TensorId loss) {
     return w;
   };
   std::vector<bool> dead(nodes_.size(), false);
+  auto live_producer = [&](TensorId t) -> int64_t {  // (a fused node's old writer is dead)
+    for (size_t i = nodes_.size(); i-- > 0;)
+      if (!dead[i])
+        for (TensorId o : nodes_[i].out)
+          if (o == t) return static_cast<int64_t>(i);
+    return -1;
+  };
   for (size_t i = 0; i < nodes_.size(); ++i) {
     Node& r = nodes_[i];
-    if (r.op == OpKind::kRelu) {  // z = x·W + b; y = relu(z)  →  y = relu(x·W + b)
+    if (r.op == OpKind::kRelu) {  // z = x·W + b (+ r); y = relu(z)  →  y = relu(x·W + b (+ r))
       const TensorId z = r.in[0];
-      const int64_t p = producer(z);
+      const int64_t p = live_producer(z);
       if (p < 0 || uses(z) != 1) continue;
       Node& lin = nodes_[static_cast<size_t>(p)];
       if (lin.op != OpKind::kLinear || lin.attrs.relu) continue;
+      // With a residual addend (fused by the kAdd case below) the ReLU comes after it
+      // (linear_run's relu_last): training graphs; inference graphs take fuse_residual_relu.
+      if (lin.in.size() > 3 && loss == kNoTensor) continue;
       lin.attrs.relu = true;
+      lin.attrs.relu_last = lin.in.size() > 3;
       lin.out[0] = r.out[0];
       dead[i] = true;
     } else if (r.op == OpKind::kReluBackward && !r.accumulates(0)) {

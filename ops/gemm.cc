@@ -257,6 +257,7 @@ void sgemm_epilogue_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   if (m <= 0 || n <= 0) return;
   GemmArgs g{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, e.bias};
   g.relu = e.relu;
+  g.relu_last = e.relu_last;
   g.mask = e.mask;
   g.ldm = e.ldm;
   g.addend = e.addend;

@@ -35,7 +35,8 @@ void sgemm_bias_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
 
 // What sgemm_epilogue_slice does to each element of C after its final value is stored,
 // in this order: + bias[j] (n values; as sgemm_bias_slice), then relu: C = max(C, 0), then
-// mask: C = C where mask[i·ldm + j] > 0, else 0, then addend: C = C + addend[i·ld_addend + j].
+// mask: C = C where mask[i·ldm + j] > 0, else 0, then addend: C = C + addend[i·ld_addend + j]
+// — with relu_last, the relu comes last instead: relu(x·W + b + r).
 // The relu is a Linear–ReLU's forward in one pass; the mask is the backward of a ReLU folded
 // into the product that computes the gradient of its output: d pre-activation = (dy·Wᵀ)
 // where relu output > 0; the addend is a residual sum x·W + b + r. The operations are
@@ -47,7 +48,7 @@ void sgemm_bias_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
 // sgemm_fuses_colsum says so (else colsum is left alone); bitwise bias_backward's sums.
 struct GemmEpilogue {
   const float* bias = nullptr;
-  bool relu = false;
+  bool relu = false, relu_last = false;
   const float* mask = nullptr;
   int64_t ldm = 0;
   const float* addend = nullptr;

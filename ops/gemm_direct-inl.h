@@ -506,6 +506,7 @@ inline bool GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
     gs.bias = g.bias ? g.bias + j0 : nullptr;
     const bool fuse = g.has_epilogue() && !g.trans_a;
     gs.relu = fuse && g.relu;
+    gs.relu_last = fuse && g.relu_last;
     gs.mask = fuse && g.mask ? g.mask + j0 : nullptr;
     gs.addend = fuse && g.addend ? g.addend + j0 : nullptr;
     for (int64_t j = 0; j < j1 - j0; j += 2 * lanes)

@@ -29,8 +29,8 @@ struct GemmArgs {
   const float* bias = nullptr;
   // After that final store (see GemmEpilogue in ops/gemm.h): relu: C = max(C, 0); mask:
   // C = C where mask > 0, else 0, mask laid out like C with row stride ldm; addend:
-  // C = C + addend (row stride ld_addend).
-  bool relu = false;
+  // C = C + addend (row stride ld_addend); relu_last: the relu after the addend instead.
+  bool relu = false, relu_last = false;
   const float* mask = nullptr;
   int64_t ldm = 0;
   const float* addend = nullptr;
@@ -210,9 +210,10 @@ inline Combine FirstCombine(float beta) {
 // add_forward (v + addend), so the fused results are bitwise theirs.
 template <class D, class Load>
 HWY_INLINE hn::Vec<D> EpilogueWith(D d, const GemmArgs& g, hn::Vec<D> v, int64_t i, int64_t j, const Load& load) {
-  if (g.relu) v = hn::Max(v, hn::Zero(d));
+  if (g.relu && !g.relu_last) v = hn::Max(v, hn::Zero(d));
   if (g.mask) v = hn::IfThenElseZero(hn::Gt(load(g.mask + i * g.ldm + j), hn::Zero(d)), v);
   if (g.addend) v = hn::Add(v, load(g.addend + i * g.ld_addend + j));
+  if (g.relu && g.relu_last) v = hn::Max(v, hn::Zero(d));
   return v;
 }
 

