@@ -125,6 +125,7 @@ void Graph::backward_from(Tensor loss, Tensor dy) {
   for (TensorDesc& d : tensors_)
     if ((d.requires_grad || d.retain_grad) && d.grad != kNoTensor) tensors_[static_cast<size_t>(d.grad)].keep = true;
   if (fuse_elementwise_) fuse_elementwise(loss.id());
+  if (fuse_elementwise_) fuse_attention_addends(loss.id());
 }
 
 }  // namespace attnkit

@@ -210,7 +210,7 @@ void Graph::fuse_residual_relu() {
   forward_nodes_ = nodes_.size();
 }
 
-void Graph::fuse_attention_addends() {
+void Graph::fuse_attention_addends(TensorId loss) {
   std::vector<bool> dead(nodes_.size(), false);
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node& sum = nodes_[i];
@@ -218,7 +218,7 @@ void Graph::fuse_attention_addends() {
     for (int k = 0; k < 2; ++k) {
       const TensorId y = sum.in[static_cast<size_t>(k)], r = sum.in[static_cast<size_t>(1 - k)];
       const int64_t p = producer(y), q = producer(r);
-      if (p < 0 || q < 0 || q > p || y == r || uses(y, kNoTensor) != 1 || uses(r, kNoTensor) != 1 || tensor(r).keep)
+      if (p < 0 || q < 0 || q > p || y == r || uses(y, loss) != 1 || uses(r, loss) != 1 || tensor(r).keep)
         continue;
       const Node& att = nodes_[static_cast<size_t>(p)];
       const Node& lookup = nodes_[static_cast<size_t>(q)];
@@ -232,7 +232,7 @@ void Graph::fuse_attention_addends() {
       // relu(y + r) when a ReLU is the sum's only reader.
       TensorId z = sum.out[0];
       int64_t relu = -1;
-      if (uses(z, kNoTensor) == 1)
+      if (uses(z, loss) == 1)
         for (size_t j = i + 1; j < nodes_.size() && relu < 0; ++j)
           if (nodes_[j].op == OpKind::kRelu && nodes_[j].in[0] == z) relu = static_cast<int64_t>(j);
       if (relu >= 0) {
@@ -249,8 +249,10 @@ void Graph::fuse_attention_addends() {
       break;
     }
   }
+  size_t forward = 0;  // (a training graph's backward nodes follow its forward ones)
+  for (size_t i = 0; i < forward_nodes_; ++i) forward += !dead[i];
   erase_dead(nodes_, dead);
-  forward_nodes_ = nodes_.size();
+  forward_nodes_ = forward;
 }
 
 void Graph::index_attention_lookups() {
