@@ -165,18 +165,7 @@ HWY_INLINE void TransposeTile(D d, const float* HWY_RESTRICT src, int64_t lds, i
   // Whole 8 × 8 blocks; a ragged last block of rows or columns overlaps the one before it and
   // rewrites the same values (the scalar copies of a 10 × 16 tile's last two rows were most of
   // the fused backward's own time at T = 10).
-  if (rows >= 8 && cols >= 8) {
-    for (int64_t r0 = 0;; r0 += 8) {
-      r0 = std::min(r0, rows - 8);
-      for (int64_t c0 = 0;; c0 += 8) {
-        c0 = std::min(c0, cols - 8);
-        TransposeBlock8x8(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
-        if (c0 + 8 >= cols) break;
-      }
-      if (r0 + 8 >= rows) break;
-    }
-    return;
-  }
+  if (rows >= 8 && cols >= 8) return TransposeOverlapping8(src, lds, rows, cols, dst, ldd);
 #endif
   for (int64_t c = 0; c < cols; ++c) {
     float* out = dst + c * ldd;

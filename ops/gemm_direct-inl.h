@@ -325,18 +325,7 @@ HWY_INLINE void CopyTransposedScalar(const float* HWY_RESTRICT src, int64_t lds,
 HWY_INLINE void CopyTransposed(DF d, const float* HWY_RESTRICT src, int64_t lds, int64_t n,
                                int64_t k, float* HWY_RESTRICT dst, int64_t ldd) {
 #if ATTNKIT_HAVE_TRANSPOSE8
-  if (n >= 8 && k >= 8) {
-    for (int64_t j = 0;; j += 8) {
-      j = std::min(j, n - 8);
-      for (int64_t kk = 0;; kk += 8) {
-        kk = std::min(kk, k - 8);
-        TransposeBlock8x8(src + j * lds + kk, lds, dst + kk * ldd + j, ldd);
-        if (kk + 8 >= k) break;
-      }
-      if (j + 8 >= n) break;
-    }
-    return;
-  }
+  if (n >= 8 && k >= 8) return TransposeOverlapping8(src, lds, n, k, dst, ldd);
 #endif
   (void)d;
   CopyTransposedScalar(src, lds, n, k, dst, ldd);

@@ -152,6 +152,21 @@ HWY_INLINE void TransposeBlock8x8(const float* HWY_RESTRICT src, int64_t lds,
   for (int c = 0; c < 8; ++c) hn::StoreU(cols[c], d, dst + c * ldd);
 }
 
+// dst[c·ldd + r] = src[r·lds + c] for r < rows, c < cols, both at least 8, in 8 × 8 blocks; a
+// ragged last block of rows or columns overlaps the one before it and rewrites the same values.
+HWY_INLINE void TransposeOverlapping8(const float* HWY_RESTRICT src, int64_t lds, int64_t rows, int64_t cols,
+                                      float* HWY_RESTRICT dst, int64_t ldd) {
+  for (int64_t r0 = 0;; r0 += 8) {
+    r0 = r0 < rows - 8 ? r0 : rows - 8;
+    for (int64_t c0 = 0;; c0 += 8) {
+      c0 = c0 < cols - 8 ? c0 : cols - 8;
+      TransposeBlock8x8(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
+      if (c0 + 8 >= cols) break;
+    }
+    if (r0 + 8 >= rows) break;
+  }
+}
+
 // 8 rows of cols >= 8 floats (row stride lds) to columns: dst[j·ldd + l] = src[l·lds + j]. A
 // ragged last block of columns overlaps the one before it and rewrites the same values.
 HWY_INLINE void TransposeRowsToLanes8(const float* HWY_RESTRICT src, int64_t lds, int64_t cols,
