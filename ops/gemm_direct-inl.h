@@ -484,23 +484,19 @@ inline bool GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
   // StoreTile adds it (a Linear's head of 10 classes, [640, 128] × [128, 10] + b: 2.6× slower
   // through the direct tiles' tail).
   // The epilogue goes into the same stores (a ReLU's backward mask on dx = dy·Wᵀ of a narrow
-  // layer: the separate pass over [640, 128] was 3% of neighbor-sum's step), except with a
-  // transposed A.
+  // layer: the separate pass over [640, 128] was 3% of neighbor-sum's step).
   if (g.k <= 256 && (g.k <= 16 || j1 - j0 <= lanes)) {
-    GemmArgs gs = g;
+    GemmArgs gs = g;  // columns from j0 (C, bias, mask and addend)
     gs.trans_b = false;
     gs.b = b;
     gs.ldb = ldb;
     gs.c = g.c + j0;
     gs.bias = g.bias ? g.bias + j0 : nullptr;
-    const bool fuse = g.has_epilogue() && !g.trans_a;
-    gs.relu = fuse && g.relu;
-    gs.relu_last = fuse && g.relu_last;
-    gs.mask = fuse && g.mask ? g.mask + j0 : nullptr;
-    gs.addend = fuse && g.addend ? g.addend + j0 : nullptr;
+    gs.mask = g.mask ? g.mask + j0 : nullptr;
+    gs.addend = g.addend ? g.addend + j0 : nullptr;
     for (int64_t j = 0; j < j1 - j0; j += 2 * lanes)
       GemmSmall(gs, i0, i1, j, std::min(j1 - j0, j + 2 * lanes));
-    return fuse;
+    return true;
   }
 #endif
   if (DirectChunked(g.k, j1 - j0, lanes)) {

@@ -41,12 +41,13 @@ inline constexpr int64_t kSmallRows2 = 10;  // two vectors per row
 #if ATTNKIT_HAVE_SMALL_GEMM
 
 // Whether the small path computes block [i0, i1) × [j0, j1) of g: at most 24 rows, at most two
-// full vectors of columns (one when B is transposed), a bias only with B not transposed.
+// full vectors of columns (one when B is transposed), a bias and an epilogue only with B not
+// transposed (both then go into the tiles' stores).
 HWY_INLINE bool UseSmallPath(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(DF()));
   const int64_t cols = j1 - j0;
-  return (g.bias == nullptr || !g.trans_b) && (!g.has_epilogue() || (!g.trans_a && !g.trans_b)) &&
-         i1 - i0 <= 24 && cols >= 5 && g.k <= 256 && cols <= (g.trans_b ? lanes : 2 * lanes);
+  return (!g.trans_b || (g.bias == nullptr && !g.has_epilogue())) && i1 - i0 <= 24 && cols >= 5 &&
+         g.k <= 256 && cols <= (g.trans_b ? lanes : 2 * lanes);
 }
 
 // p[lanes of m] = alpha·acc combined with C as CombineVec does (the direct path's write-back,
@@ -246,51 +247,25 @@ HWY_INLINE void SmallRows(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64_
 template <class D, int NV>
 HWY_INLINE void SmallBlock(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64_t j,
                            int64_t cols) {
-  const bool full = cols == NV * static_cast<int64_t>(hn::Lanes(d));  // no masks (chosen here,
-  // outside the row-tile lambda)
-  if (g.has_epilogue()) {  // (neither operand transposed: see UseSmallPath and GemmDirect)
-    if (g.bias) {
-      if (full) {
-        SmallRows<D, NV, false, false, true, true, true>(d, g, i0, i1, j, cols);
-      } else {
-        SmallRows<D, NV, false, false, false, true, true>(d, g, i0, i1, j, cols);
-      }
-    } else if (full) {
-      SmallRows<D, NV, false, false, true, false, true>(d, g, i0, i1, j, cols);
-    } else {
-      SmallRows<D, NV, false, false, false, false, true>(d, g, i0, i1, j, cols);
-    }
-  } else if (g.bias) {  // (B not transposed: see UseSmallPath)
-    if (g.trans_a) {
-      if (full) {
-        SmallRows<D, NV, true, false, true, true>(d, g, i0, i1, j, cols);
-      } else {
-        SmallRows<D, NV, true, false, false, true>(d, g, i0, i1, j, cols);
-      }
-    } else if (full) {
-      SmallRows<D, NV, false, false, true, true>(d, g, i0, i1, j, cols);
-    } else {
-      SmallRows<D, NV, false, false, false, true>(d, g, i0, i1, j, cols);
-    }
-  } else if (g.trans_b) {
+  if (g.trans_b) {  // (no bias, no epilogue: see UseSmallPath)
     if constexpr (NV == 1) {
-      if (g.trans_a) {
-        SmallRows<D, 1, true, true>(d, g, i0, i1, j, cols);
-      } else {
-        SmallRows<D, 1, false, true>(d, g, i0, i1, j, cols);
-      }
+      WithFlag(g.trans_a, [&](auto ta) { SmallRows<D, 1, decltype(ta)::value, true>(d, g, i0, i1, j, cols); });
     }
-  } else if (full) {
-    if (g.trans_a) {
-      SmallRows<D, NV, true, false, true>(d, g, i0, i1, j, cols);
-    } else {
-      SmallRows<D, NV, false, false, true>(d, g, i0, i1, j, cols);
-    }
-  } else if (g.trans_a) {
-    SmallRows<D, NV, true, false>(d, g, i0, i1, j, cols);
-  } else {
-    SmallRows<D, NV, false, false>(d, g, i0, i1, j, cols);
+    return;
   }
+  // The flags become template arguments here, outside the row-tile lambda (no runtime selects
+  // inside it). kFull: no masks.
+  const bool full = cols == NV * static_cast<int64_t>(hn::Lanes(d));
+  WithFlag(g.trans_a, [&](auto ta) {
+    WithFlag(full, [&](auto f) {
+      WithFlag(g.bias != nullptr, [&](auto b) {
+        WithFlag(g.has_epilogue(), [&](auto e) {
+          SmallRows<D, NV, decltype(ta)::value, false, decltype(f)::value, decltype(b)::value, decltype(e)::value>(
+              d, g, i0, i1, j, cols);
+        });
+      });
+    });
+  });
 }
 
 // C[i0..i1, j0..j1] of g on the small path (UseSmallPath said so): 256-bit vectors for at
