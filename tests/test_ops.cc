@@ -219,6 +219,53 @@ TEST_CASE("embedding gather and scatter-add", "[embedding]") {
   });
 }
 
+TEST_CASE("embedding gradients of the table and a broadcast addend in one pass", "[embedding]") {
+  attnkit::test::for_each_simd_target([](const std::string&) {
+    std::mt19937 rng(5);
+    for (int64_t d : kWidths) {
+      for (int64_t rows_a : {int64_t{1}, int64_t{5}}) {
+        const int64_t vocab = 11, n = 30;
+        INFO("d=" << d << " addend rows=" << rows_a);
+        std::vector<int32_t> ids(n);
+        for (auto& id : ids) id = int32_t(rng() % vocab);
+        ids[0] = ids[5] = ids[10] = ids[11] = 3;  // repeats, under the same and other addend rows
+        for (auto& id : ids) id = id == 10 ? 0 : id;  // table row 10 gets no dy row
+        const auto w = random_vector(n * d, rng);
+        // Double references: dtable[v] = Σ_{ids[i] = v} w[i], daddend[a] = Σ_{i ≡ a} w[i].
+        std::vector<double> rt(vocab * d, 0.0), ra(rows_a * d, 0.0);
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < d; ++j) {
+            rt[ids[i] * d + j] += w[i * d + j];
+            ra[(i % rows_a) * d + j] += w[i * d + j];
+          }
+        std::vector<float> dt(vocab * d, 0.5f), da(rows_a * d, 0.25f);
+        attnkit::embedding_addend_backward(ids.data(), w.data(), dt.data(), da.data(), n, vocab, d, rows_a, {},
+                                           true, true);
+        for (int64_t k = 0; k < vocab * d; ++k) require_close(dt[k], 0.5 + rt[k], 1e-5, 1e-5);
+        for (int64_t k = 0; k < rows_a * d; ++k) require_close(da[k], 0.25 + ra[k], 1e-5, 1e-5);
+        // The addend's sums are bias_backward's, bit for bit (accumulating and overwriting).
+        std::vector<float> bias(rows_a * d, 0.25f);
+        attnkit::bias_backward(w.data(), bias.data(), n / rows_a, rows_a * d, {}, true);
+        REQUIRE(std::memcmp(bias.data(), da.data(), bias.size() * sizeof(float)) == 0);
+        std::vector<float> dt0(vocab * d, kNaN), da0(rows_a * d, kNaN);
+        attnkit::embedding_addend_backward(ids.data(), w.data(), dt0.data(), da0.data(), n, vocab, d, rows_a, {},
+                                           false, false);
+        attnkit::bias_backward(w.data(), bias.data(), n / rows_a, rows_a * d, {}, false);
+        REQUIRE(std::memcmp(bias.data(), da0.data(), bias.size() * sizeof(float)) == 0);
+        for (int64_t k = 0; k < vocab * d; ++k) require_close(dt0[k], rt[k], 1e-5, 1e-5);
+        for (int64_t j = 0; j < d; ++j) REQUIRE(dt0[10 * d + j] == 0.0f);
+        // Any slicing gives the same bits: table and addend gradients in one buffer.
+        for (bool acc : {true, false})
+          require_slice_invariant(std::vector<float>((vocab + rows_a) * d, acc ? 0.5f : kNaN),
+                                  [&](float* out, Slice s) {
+                                    attnkit::embedding_addend_backward(ids.data(), w.data(), out, out + vocab * d,
+                                                                       n, vocab, d, rows_a, s, acc, acc);
+                                  });
+      }
+    }
+  });
+}
+
 TEST_CASE("cross-entropy with ignored targets", "[cross_entropy]") {
   attnkit::test::for_each_simd_target([](const std::string&) {
     std::mt19937 rng(5);
