@@ -36,11 +36,11 @@ HWY_INLINE RowStats ComputeRowStats(const float* row, int64_t classes) {
   vmax = hn::MaxOfLanes(d, vmax);
   auto vsum = hn::Zero(d);
   for (j = 0; j + N <= classes; j += N) {
-    vsum = hn::Add(vsum, ExpNonPositive(d, hn::Sub(hn::LoadU(d, row + j), vmax)));
+    vsum = hn::Add(vsum, ExpNonPositiveOrZero(d, hn::Sub(hn::LoadU(d, row + j), vmax)));
   }
   if (tail) {
     vsum = hn::Add(vsum, hn::IfThenElseZero(hn::FirstN(d, tail),
-                                            ExpNonPositive(d, hn::Sub(LoadTail(d, row + j, tail), vmax))));
+                                            ExpNonPositiveOrZero(d, hn::Sub(LoadTail(d, row + j, tail), vmax))));
   }
   return {vmax, hn::GetLane(hn::SumOfLanes(d, vsum))};
 }
@@ -176,7 +176,7 @@ HWY_INLINE hn::Vec<DF> ShortRowsExpSum(float* t, int64_t N, int64_t classes, hn:
   const DF d;
   auto vsum = hn::Zero(d);
   for (int64_t j = 0; j < classes; ++j) {
-    const auto e = ExpNonPositive(d, hn::Sub(hn::Load(d, t + j * N), vmax));
+    const auto e = ExpNonPositiveOrZero(d, hn::Sub(hn::Load(d, t + j * N), vmax));
     if (keep) hn::Store(e, d, t + j * N);
     vsum = hn::Add(vsum, e);
   }
@@ -225,7 +225,7 @@ void CrossEntropyForward(const float* logits, const int32_t* targets, float* row
     if (probs) {
       const auto inv = hn::Set(d, 1.0f / st.sum);
       ForEachVector(d, probs + r * classes, 0, classes, [&](int64_t j, size_t n) {
-        return hn::Mul(ExpNonPositive(d, hn::Sub(LoadUpTo(d, row + j, n), st.vmax)), inv);
+        return hn::Mul(ExpNonPositiveOrZero(d, hn::Sub(LoadUpTo(d, row + j, n), st.vmax)), inv);
       });
     }
   }
@@ -306,7 +306,7 @@ void CrossEntropyBackward(const float* logits, const int32_t* targets, float* dl
     const auto vt = hn::Set(d, static_cast<float>(t));
     WithFlag(accumulate, [&](auto kAccumulate) {
       ForEachVector(d, out, 0, classes, [&](int64_t j, size_t n) {
-        const auto scaled_p = hn::Mul(ExpNonPositive(d, hn::Sub(LoadUpTo(d, row + j, n), st.vmax)), vscale_inv);
+        const auto scaled_p = hn::Mul(ExpNonPositiveOrZero(d, hn::Sub(LoadUpTo(d, row + j, n), st.vmax)), vscale_inv);
         const auto v = hn::Sub(scaled_p, hn::IfThenElseZero(hn::Eq(hn::Iota(d, static_cast<float>(j)), vt), vscale));
         if constexpr (decltype(kAccumulate)::value) {
           return hn::Add(LoadUpTo(d, out + j, n), v);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hwy_targets.h"
+#include "ops/cross_entropy.h"
 #include "ops/softmax.h"
 
 namespace {
@@ -227,6 +228,40 @@ TEST_CASE("softmax_backward matches central differences of the double reference"
       attnkit::softmax_backward(y.data(), alias.data(), alias.data(), p.groups(), p.tq, p.tk,
                                 p.scale, md.mask, false);
       REQUIRE(std::memcmp(alias.data(), dx.data(), dx.size() * sizeof(float)) == 0);
+    }
+  });
+}
+
+// The exponential under the softmax and the cross-entropy (ops_simd-inl.h's
+// ExpNonPositiveNormal): rows [0, x] give y1 / y0 = e^x (times 1 ± 1 ulp for the shared
+// reciprocal), checked within 2.5·2^-24 of the double e^x over a dense grid of x in [-80, 0],
+// on the short-row (transposed) and the long-row paths, and exactly 0 below -80.
+TEST_CASE("softmax and cross-entropy exponentials accurate from -80 to 0", "[softmax][cross_entropy]") {
+  attnkit::test::for_each_simd_target([](const std::string&) {
+    std::vector<float> xs;
+    for (int i = 0; i <= 16000; ++i) xs.push_back(-80.0f * static_cast<float>(i) / 16000.0f);
+    for (float x : {-1e-8f, -0.34657359f, -0.34657360f, -0.6931472f, -79.99999f, -80.00001f, -87.0f, -1e9f})
+      xs.push_back(x);
+    const int64_t rows = static_cast<int64_t>(xs.size());
+    for (int64_t tk : {int64_t{2}, int64_t{40}}) {  // short rows, long rows (the rest -1e30)
+      INFO("row length " << tk);
+      std::vector<float> in(rows * tk, -1e30f), soft(rows * tk), probs(rows * tk), loss(rows);
+      for (int64_t r = 0; r < rows; ++r) in[r * tk] = 0.0f, in[r * tk + 1] = xs[r];
+      attnkit::softmax_forward(in.data(), soft.data(), 1, rows, tk, 1.0f, SoftmaxMask{});
+      std::vector<int32_t> targets(rows, 0);
+      attnkit::cross_entropy_forward(in.data(), targets.data(), loss.data(), rows, tk, {}, probs.data());
+      for (const std::vector<float>* y : {&soft, &probs}) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const double x = xs[r], got = (*y)[r * tk + 1], y0 = (*y)[r * tk];
+          INFO("x = " << x << (y == &soft ? " (softmax)" : " (cross-entropy)"));
+          if (x < -80.0) {
+            REQUIRE(got == 0.0);
+            continue;
+          }
+          const double want = std::exp(x);
+          REQUIRE(std::fabs(got / y0 - want) <= 2.5 * 0x1p-24 * want);
+        }
+      }
     }
   });
 }
