@@ -146,8 +146,9 @@ void attention_run(const RunContext& c, const Node& n, Slice s) {
     });
     return;
   }
-  for_each_product_range(m.b * m.h, s, [&](int64_t p0, int64_t p1) {
-    attention_forward(q, k, v, probs, y, d, mk, p0, p1);
+  const AttentionWork w = attention_work(d, mk, m.b);  // groups of entries as lanes where they fit
+  for_each_product_range(w.units, s, [&](int64_t u0, int64_t u1) {
+    attention_forward_units(q, k, v, probs, y, d, mk, w, u0, u1);
   });
 }
 

@@ -91,4 +91,32 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
                         bool accumulate_k, bool accumulate_v, const AttentionDims& m, const AttentionMasking& mk,
                         int64_t p0, int64_t p1);
 
+// Probabilities with batch entries as lanes (ops/attention_lanes.cc), for short sequences
+// without a padding mask (causal allowed): attention_lanes returns the entries of a group,
+// Lanes (8 on AVX2, 16 on AVX-512), when this CPU's path takes the dims, else 0, and
+// attention_lanes_probs writes probs = softmax(scale·Q·Kᵀ) of groups [g0, g1) (batch entries
+// [g0·Lanes, g1·Lanes), every head), bitwise as attention_short_scores and softmax_forward.
+int64_t attention_lanes(const AttentionDims& m, const AttentionMasking& mk);
+void attention_lanes_probs(const float* q, const float* k, float* probs, const AttentionDims& m,
+                           const AttentionMasking& mk, int64_t g0, int64_t g1);
+
+// How a whole attention forward over `batch` entries splits into work units: first one unit
+// per group of `lanes` entries (all their heads), then one per (batch, head) product of the
+// entries after the last whole group. The split depends only on the dims and the CPU, so a
+// batch entry is computed the same way whatever thread or range takes its unit.
+struct AttentionWork {
+  int64_t lanes = 0;   // entries per group, 0: every unit is one product
+  int64_t groups = 0;  // units [0, groups) are groups
+  int64_t units = 0;   // all units
+  int64_t heads = 1;
+  // The first (batch, head) product of unit u: unit u covers [product(u), product(u + 1)).
+  int64_t product(int64_t u) const { return u < groups ? u * lanes * heads : groups * lanes * heads + (u - groups); }
+};
+AttentionWork attention_work(const AttentionDims& m, const AttentionMasking& mk, int64_t batch);
+
+// attention_forward over units [u0, u1) of w.
+void attention_forward_units(const float* q, const float* k, const float* v, float* probs, float* y,
+                             const AttentionDims& m, const AttentionMasking& mk, const AttentionWork& w,
+                             int64_t u0, int64_t u1);
+
 }  // namespace attnkit

@@ -147,4 +147,25 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
   }
 }
 
+AttentionWork attention_work(const AttentionDims& m, const AttentionMasking& mk, int64_t batch) {
+  AttentionWork w;
+  w.heads = m.heads;
+  w.lanes = attention_lanes(m, mk);
+  w.groups = w.lanes > 0 ? batch / w.lanes : 0;
+  w.units = w.groups + (batch - w.groups * w.lanes) * m.heads;
+  return w;
+}
+
+void attention_forward_units(const float* q, const float* k, const float* v, float* probs, float* y,
+                             const AttentionDims& m, const AttentionMasking& mk, const AttentionWork& w,
+                             int64_t u0, int64_t u1) {
+  if (u0 < w.groups) {  // whole groups: probabilities with entries as lanes, then P·V as the short path
+    const int64_t g1 = std::min(u1, w.groups), p0 = w.product(u0), p1 = w.product(g1);
+    attention_lanes_probs(q, k, probs, m, mk, u0, g1);
+    if (!attention_short_values(probs, v, y, m, p0, p1))
+      for (int64_t p = p0; p < p1; ++p) values_gemm(probs, v, y, m, p);
+  }
+  if (u1 > w.groups) attention_forward(q, k, v, probs, y, m, mk, w.product(std::max(u0, w.groups)), w.product(u1));
+}
+
 }  // namespace attnkit

@@ -317,6 +317,85 @@ TEST_CASE("attention forward sums heads of values wider than the query heads wit
   });
 }
 
+// Batch entries as lanes (attention_work's units): a batch of two whole groups of lanes and a
+// ragged rest, its units split across two ranges at several points, must give the bits of the
+// product-by-product short path, and the double reference's values.
+TEST_CASE("attention forward with batch entries as lanes matches the short path bitwise and a double reference") {
+  test::for_each_simd_target([](const std::string& target) {
+    Rng rng(14);
+    const int64_t n = lanes_of(target);
+    const bool transposes = n >= 8;  // groups need 8 x 8 register transposes (AVX2, AVX-512)
+    const Case cases[] = {
+        {0, 2, 10, 10, 16, 16, 0},   // neighbor-sum (b = 0: two whole groups of lanes and 3 more)
+        {0, 1, 10, 10, 32, 64, 0},   // duplicates' value fold
+        {0, 1, 8, 8, 32, 32, 2},     // reversal, causal
+        {0, 2, 7, 13, 16, 32, 2},    // cross-attention, causal, dv != d
+        {0, 1, 1, 8, 8, 8, 0},       // one query, head size 8
+        {0, 3, 12, 12, 24, 8, 2},    // 12 keys (AVX2's most), head size 24, values of 8
+        {0, 1, 32, 16, 32, 128, 2},  // the largest dims it takes (16 keys: AVX-512 only)
+        {0, 1, 17, 9, 16, 40, 0},    // 17 queries, 40 value columns
+        {0, 2, 3, 3, 16, 16, 2},     // 9 scores per head: a ragged last block of probabilities
+    };
+    for (Case c : cases) {
+      c.b = 2 * std::max<int64_t>(n, 1) + 3;
+      for (bool acc : {false, true}) {
+        INFO("b " << c.b << " h " << c.h << " tq " << c.tq << " tk " << c.tk << " dh " << c.dh << " dvh " << c.dvh
+                  << " causal " << (c.mask != 0) << " accumulate " << acc);
+        Data x = make(c, rng);
+        x.m.accumulate = acc;
+        const bool causal = c.mask != 0;
+        const float scale = 1.0f / std::sqrt(static_cast<float>(c.dh));
+        const AttentionMasking mk{scale, nullptr, causal};
+        const Reference want = reference(x, c.b, scale, causal);
+        const AttentionWork w = attention_work(x.m, mk, c.b);
+        const bool fits = transposes && c.tk <= (n >= 16 ? 16 : 12);
+        REQUIRE(w.lanes == (fits ? n : 0));
+        REQUIRE(w.groups == (fits ? 2 : 0));
+        REQUIRE(w.units == (fits ? 2 + 3 * c.h : c.b * c.h));
+        REQUIRE(w.product(w.units) == c.b * c.h);
+        const int64_t products = c.b * c.h, tt = c.tq * c.tk;
+        std::vector<float> base_y(static_cast<size_t>(c.b * c.tq * x.m.dv));
+        for (auto& e : base_y) e = static_cast<float>(rng.normal());
+        // The short path, product by product: the bits to match.
+        std::vector<float> probs0(static_cast<size_t>(products * tt), NAN), y0 = acc ? base_y : std::vector<float>(base_y.size(), NAN);
+        attention_forward(x.q.data(), x.k.data(), x.v.data(), probs0.data(), y0.data(), x.m, mk, 0, products);
+        for (size_t i = 0; i < probs0.size(); ++i) {
+          INFO("probs " << i);
+          REQUIRE(std::abs(probs0[i] - want.probs[i]) <= 1e-5);
+        }
+        for (int64_t b = 0; b < c.b; ++b)
+          for (int64_t i = 0; i < c.tq; ++i)
+            for (int64_t e = 0; e < x.m.dv; ++e) {
+              const int64_t h = e / c.dvh;
+              const size_t at = size_t((b * c.tq + i) * x.m.dv + e);
+              double want_y = acc ? base_y[at] : 0.0;
+              for (int64_t j = 0; j < c.tk; ++j)
+                want_y += want.probs[size_t(((b * c.h + h) * c.tq + i) * c.tk + j)] *
+                          x.v[size_t((b * c.tk + j) * x.m.dv + e)];
+              INFO("y " << b << " " << i << " " << e);
+              REQUIRE(std::abs(y0[at] - want_y) <= 2e-5 + 2e-5 * std::abs(want_y));
+            }
+        for (int64_t split : {int64_t{0}, int64_t{1}, w.groups, w.units - 1}) {
+          INFO("units split at " << split);
+          std::vector<float> probs(probs0.size(), NAN), y = acc ? base_y : std::vector<float>(base_y.size(), NAN);
+          attention_forward_units(x.q.data(), x.k.data(), x.v.data(), probs.data(), y.data(), x.m, mk, w, 0, split);
+          attention_forward_units(x.q.data(), x.k.data(), x.v.data(), probs.data(), y.data(), x.m, mk, w, split,
+                                  w.units);
+          REQUIRE(std::memcmp(probs.data(), probs0.data(), probs.size() * 4) == 0);
+          REQUIRE(std::memcmp(y.data(), y0.data(), y.size() * 4) == 0);
+        }
+      }
+    }
+    // A padding mask, more keys than registers hold, or heads wider than 32 leave every unit a product.
+    std::vector<uint8_t> mask(static_cast<size_t>(40 * 10 * 10), 0);
+    const AttentionDims m{2, 10, 10, 32, 32, 16, 16};
+    REQUIRE(attention_work(m, {0.25f, mask.data(), false}, 40).lanes == 0);
+    REQUIRE(attention_work({1, 10, 17, 16, 16, 16, 16}, {0.25f, nullptr, false}, 40).units == 40);
+    REQUIRE(attention_work({1, 33, 10, 16, 16, 16, 16}, {0.25f, nullptr, false}, 40).lanes == 0);
+    REQUIRE(attention_work({1, 10, 10, 64, 64, 64, 64}, {0.25f, nullptr, false}, 40).lanes == 0);
+  });
+}
+
 TEST_CASE("short attention hands sequences it does not fit back to the general path") {
   std::vector<float> buf(1 << 16, 1.0f), out(1 << 16, -7.0f);
   const AttentionMasking mk{0.25f, nullptr, false};

@@ -1,0 +1,210 @@
+// Attention probabilities with batch entries as lanes (see attention.h): for the lessons'
+// short sequences (T = 8 or 10) a vector holds one value of Lanes(d) batch entries, so every
+// FMA of Q·Kᵀ and every softmax operation works on all lanes (keys as lanes left 6 of 16
+// lanes empty at T = 10, and the softmax of short rows moved them between layouts once
+// more) and the softmax's max and sum over keys are vertical. A group is Lanes(d)
+// consecutive batch entries: per head, their k and q rows move into [row][column][lane]
+// tiles through 8 × 8 register transposes, the scores and their softmax stay in registers,
+// and the probabilities move back the same way. (The values product y = P·V keeps the short
+// path of ops/attention.cc, whose head-dim lanes are full: with V and y moved too, the
+// transposes cost more than the lanes won at 64 value columns. The backward likewise: tried,
+// no faster.)
+//
+// Each probability is computed by the same operations in the same order as the short path's
+// scores (a sum over the head dims in ascending order, the first term a multiply, FMAs after
+// it) and ops/softmax.cc's short rows, so both paths give the same bits and a batch entry's
+// result does not depend on which path, range or thread computed it.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "ops/attention.h"
+#include "ops/softmax.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/attention_lanes.cc"
+#include "hwy/foreach_target.h"  // before highway.h
+#include "hwy/highway.h"
+#include "ops/ops_simd-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnkit {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+
+constexpr int64_t kLanesMaxQueries = 32;
+constexpr int64_t kLanesMaxHeadDim = 32;
+
+#if ATTNKIT_HAVE_TRANSPOSE8
+constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
+// Keys whose scores (and probabilities) stay in registers next to the other operands: all
+// 16 on AVX-512's 32 registers, 12 within AVX2's 16.
+constexpr int64_t kRegisterKeys = kL >= 16 ? 16 : 12;
+
+// dst[c·kL + l] = src[l·lds + c] for the kL lanes l and columns c < n (n >= 8): whole 8 × 8
+// blocks, a ragged last block overlapping the one before it (it rewrites the same values).
+HWY_INLINE void RowsToLanes(const float* HWY_RESTRICT src, int64_t lds, int64_t n, float* HWY_RESTRICT dst) {
+#if HWY_TARGET <= HWY_AVX3
+  static_assert(kL == 16, "AVX-512 vectors hold 16 floats");
+  const hn::Full512<float> d16;
+  const hn::Full256<float> d8;
+  for (int64_t c0 = 0;; c0 += 8) {
+    c0 = c0 < n - 8 ? c0 : n - 8;
+    V8 lo[8], hi[8], tlo[8], thi[8];
+    for (int l = 0; l < 8; ++l) {
+      lo[l] = hn::LoadU(d8, src + l * lds + c0);
+      hi[l] = hn::LoadU(d8, src + (8 + l) * lds + c0);
+    }
+    Transpose8x8(lo, tlo);
+    Transpose8x8(hi, thi);
+    // Whole 16-lane stores: the tiles are read back by 16-lane loads, which do not forward
+    // from two 8-lane stores.
+    for (int c = 0; c < 8; ++c) hn::Store(hn::Combine(d16, thi[c], tlo[c]), d16, dst + (c0 + c) * 16);
+    if (c0 + 8 >= n) break;
+  }
+#else
+  static_assert(kL == 8, "AVX2 vectors hold 8 floats");
+  TransposeRowsToLanes8(src, lds, n, dst, 8);
+#endif
+}
+
+// The inverse, dst[l·ldd + c] = src[c·kL + l] for columns c < n (n >= 8; a ragged last block
+// overlaps the one before it).
+HWY_INLINE void LanesToRows(const float* HWY_RESTRICT src, int64_t n, float* HWY_RESTRICT dst, int64_t ldd) {
+  const hn::Full256<float> d8;
+  for (int64_t c0 = 0;; c0 += 8) {
+    c0 = c0 < n - 8 ? c0 : n - 8;
+    V8 lo[8], out[8];
+#if HWY_TARGET <= HWY_AVX3
+    const hn::Full512<float> d16;
+    V8 hi[8];
+    for (int c = 0; c < 8; ++c) {  // whole 16-lane loads of the 16-lane stores, halves in registers
+      const auto v = hn::Load(d16, src + (c0 + c) * 16);
+      lo[c] = hn::LowerHalf(d8, v);
+      hi[c] = hn::UpperHalf(d8, v);
+    }
+    Transpose8x8(hi, out);
+    for (int l = 0; l < 8; ++l) hn::StoreU(out[l], d8, dst + (8 + l) * ldd + c0);
+#else
+    for (int c = 0; c < 8; ++c) lo[c] = hn::Load(d8, src + (c0 + c) * 8);
+#endif
+    Transpose8x8(lo, out);
+    for (int l = 0; l < 8; ++l) hn::StoreU(out[l], d8, dst + l * ldd + c0);
+    if (c0 + 8 >= n) break;
+  }
+}
+
+HWY_INLINE bool Fits(const AttentionDims& m, const AttentionMasking& mk) {
+  return !mk.mask && !m.sum_heads && !m.relu && !m.ids && m.tk >= 1 && m.tk <= kRegisterKeys && m.tq >= 1 &&
+         m.tq <= kLanesMaxQueries && m.tq * m.tk >= 8 && m.dh >= 8 && m.dh % 8 == 0 && m.dh <= kLanesMaxHeadDim;
+}
+
+// The probabilities of group g (batch entries [g·kL, (g + 1)·kL)), every head:
+// softmax(scale·Q·Kᵀ) with causal scores forbidden when mk says so.
+template <int TK>
+HWY_NOINLINE void GroupProbs(const float* q, const float* k, float* probs, const AttentionDims& m,
+                             const AttentionMasking& mk, int64_t g) {
+  const DF d;
+  const int64_t tq = m.tq, dh = m.dh, b0 = g * kL, tt = tq * TK;
+  HWY_ALIGN float ks[TK * kLanesMaxHeadDim * kL];  // [tk][dh][kL]
+  HWY_ALIGN float qs[kLanesMaxHeadDim * kL];       // [dh][kL], one query row
+  HWY_ALIGN float ps[kLanesMaxQueries * TK * kL];  // [tq·tk][kL]
+  const auto vscale = hn::Set(d, mk.scale), vmasked = hn::Set(d, kMaskedScore);
+  const bool causal = mk.causal;
+  for (int64_t h = 0; h < m.heads; ++h) {
+    for (int j = 0; j < TK; ++j) RowsToLanes(k + (b0 * TK + j) * m.d + h * dh, TK * m.d, dh, ks + j * dh * kL);
+    for (int64_t i = 0; i < tq; ++i) {
+      RowsToLanes(q + (b0 * tq + i) * m.d + h * dh, tq * m.d, dh, qs);
+      hn::Vec<DF> s[TK];
+      {
+        const auto qv = hn::Load(d, qs);
+        for (int j = 0; j < TK; ++j) s[j] = hn::Mul(qv, hn::Load(d, ks + j * dh * kL));
+      }
+      for (int64_t c = 1; c < dh; ++c) {
+        const auto qv = hn::Load(d, qs + c * kL);
+        for (int j = 0; j < TK; ++j) s[j] = hn::MulAdd(qv, hn::Load(d, ks + (j * dh + c) * kL), s[j]);
+      }
+      // As ops/softmax.cc's short rows: z = scale·s (forbidden: -1e9), exp(z − max), / sum.
+      auto vmax = hn::Set(d, -HUGE_VALF);
+      for (int j = 0; j < TK; ++j) {
+        s[j] = hn::Mul(s[j], vscale);
+        if (causal && j > i) s[j] = vmasked;
+        vmax = hn::Max(vmax, s[j]);
+      }
+      auto vsum = hn::Zero(d);
+      for (int j = 0; j < TK; ++j) {
+        s[j] = ExpNonPositiveOrZero(d, hn::Sub(s[j], vmax));
+        vsum = hn::Add(vsum, s[j]);
+      }
+      const auto inv = hn::Div(hn::Set(d, 1.0f), vsum);
+      float* pi = ps + i * TK * kL;
+      for (int j = 0; j < TK; ++j) hn::Store(hn::Mul(s[j], inv), d, pi + j * kL);
+    }
+    LanesToRows(ps, tt, probs + (b0 * m.heads + h) * tt, m.heads * tt);
+  }
+}
+
+// Calls f(std::integral_constant<int, tk>()) for 1 <= tk <= kRegisterKeys.
+template <class F>
+HWY_INLINE void WithKeys(int64_t tk, const F& f) {
+  switch (tk) {
+#define ATTNKIT_KEYS_CASE(n) \
+  case n:                    \
+    return f(std::integral_constant<int, n>());
+    ATTNKIT_KEYS_CASE(1) ATTNKIT_KEYS_CASE(2) ATTNKIT_KEYS_CASE(3) ATTNKIT_KEYS_CASE(4)
+    ATTNKIT_KEYS_CASE(5) ATTNKIT_KEYS_CASE(6) ATTNKIT_KEYS_CASE(7) ATTNKIT_KEYS_CASE(8)
+    ATTNKIT_KEYS_CASE(9) ATTNKIT_KEYS_CASE(10) ATTNKIT_KEYS_CASE(11) ATTNKIT_KEYS_CASE(12)
+#if HWY_TARGET <= HWY_AVX3
+    ATTNKIT_KEYS_CASE(13) ATTNKIT_KEYS_CASE(14) ATTNKIT_KEYS_CASE(15) ATTNKIT_KEYS_CASE(16)
+#endif
+#undef ATTNKIT_KEYS_CASE
+    default:
+      return;
+  }
+}
+#endif  // ATTNKIT_HAVE_TRANSPOSE8
+
+int64_t AttentionLanes(const AttentionDims& m, const AttentionMasking& mk) {
+#if ATTNKIT_HAVE_TRANSPOSE8
+  return Fits(m, mk) ? kL : 0;
+#else
+  (void)m, (void)mk;
+  return 0;  // no register transposes on this target: the short path takes these dims
+#endif
+}
+
+void AttentionLanesProbs(const float* q, const float* k, float* probs, const AttentionDims& m,
+                         const AttentionMasking& mk, int64_t g0, int64_t g1) {
+#if ATTNKIT_HAVE_TRANSPOSE8
+  if (!Fits(m, mk)) return;
+  WithKeys(m.tk, [&](auto tk) {
+    for (int64_t g = g0; g < g1; ++g) GroupProbs<decltype(tk)::value>(q, k, probs, m, mk, g);
+  });
+#else
+  (void)q, (void)k, (void)probs, (void)m, (void)mk, (void)g0, (void)g1;
+#endif
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace attnkit
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attnkit {
+
+HWY_EXPORT(AttentionLanes);
+HWY_EXPORT(AttentionLanesProbs);
+
+int64_t attention_lanes(const AttentionDims& m, const AttentionMasking& mk) {
+  return HWY_DYNAMIC_DISPATCH(AttentionLanes)(m, mk);
+}
+
+void attention_lanes_probs(const float* q, const float* k, float* probs, const AttentionDims& m,
+                           const AttentionMasking& mk, int64_t g0, int64_t g1) {
+  HWY_DYNAMIC_DISPATCH(AttentionLanesProbs)(q, k, probs, m, mk, g0, g1);
+}
+
+}  // namespace attnkit
+#endif  // HWY_ONCE
