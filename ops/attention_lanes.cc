@@ -70,32 +70,6 @@ HWY_INLINE void RowsToLanes(const float* HWY_RESTRICT src, int64_t lds, int64_t 
 #endif
 }
 
-// The inverse, dst[l·ldd + c] = src[c·kL + l] for columns c < n (n >= 8; a ragged last block
-// overlaps the one before it).
-HWY_INLINE void LanesToRows(const float* HWY_RESTRICT src, int64_t n, float* HWY_RESTRICT dst, int64_t ldd) {
-  const hn::Full256<float> d8;
-  for (int64_t c0 = 0;; c0 += 8) {
-    c0 = c0 < n - 8 ? c0 : n - 8;
-    V8 lo[8], out[8];
-#if HWY_TARGET <= HWY_AVX3
-    const hn::Full512<float> d16;
-    V8 hi[8];
-    for (int c = 0; c < 8; ++c) {  // whole 16-lane loads of the 16-lane stores, halves in registers
-      const auto v = hn::Load(d16, src + (c0 + c) * 16);
-      lo[c] = hn::LowerHalf(d8, v);
-      hi[c] = hn::UpperHalf(d8, v);
-    }
-    Transpose8x8(hi, out);
-    for (int l = 0; l < 8; ++l) hn::StoreU(out[l], d8, dst + (8 + l) * ldd + c0);
-#else
-    for (int c = 0; c < 8; ++c) lo[c] = hn::Load(d8, src + (c0 + c) * 8);
-#endif
-    Transpose8x8(lo, out);
-    for (int l = 0; l < 8; ++l) hn::StoreU(out[l], d8, dst + l * ldd + c0);
-    if (c0 + 8 >= n) break;
-  }
-}
-
 HWY_INLINE bool Fits(const AttentionDims& m, const AttentionMasking& mk) {
   return !mk.mask && !m.sum_heads && !m.relu && !m.ids && m.tk >= 1 && m.tk <= kRegisterKeys && m.tq >= 1 &&
          m.tq <= kLanesMaxQueries && m.tq * m.tk >= 8 && m.dh >= 8 && m.dh % 8 == 0 && m.dh <= kLanesMaxHeadDim;
@@ -142,7 +116,7 @@ HWY_NOINLINE void GroupProbs(const float* q, const float* k, float* probs, const
       float* pi = ps + i * TK * kL;
       for (int j = 0; j < TK; ++j) hn::Store(hn::Mul(s[j], inv), d, pi + j * kL);
     }
-    LanesToRows(ps, tt, probs + (b0 * m.heads + h) * tt, m.heads * tt);
+    BlockLanesToRows(ps, kL, tt, probs + (b0 * m.heads + h) * tt, m.heads * tt);  // (tt >= 8: Fits)
   }
 }
 

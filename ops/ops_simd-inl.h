@@ -197,9 +197,9 @@ HWY_INLINE void BlockRowsToLanes(const float* HWY_RESTRICT src, int64_t n, int64
   for (int64_t g = 0; g < n; g += 8) TransposeRowsToLanes8(src + g * cols, cols, cols, dst + g, n);
 }
 
-// The inverse: dst[l·cols + j] = src[j·n + l].
+// The inverse: dst[l·ldd + j] = src[j·n + l] (rows of cols >= 8 floats, ldd apart).
 HWY_INLINE void BlockLanesToRows(const float* HWY_RESTRICT src, int64_t n, int64_t cols,
-                                 float* HWY_RESTRICT dst) {
+                                 float* HWY_RESTRICT dst, int64_t ldd) {
 #if HWY_TARGET <= HWY_AVX3
   if (n == 16) {
     // Whole 16-lane loads split into halves in registers: the block was just written by
@@ -215,15 +215,20 @@ HWY_INLINE void BlockLanesToRows(const float* HWY_RESTRICT src, int64_t n, int64
         hi[c] = hn::UpperHalf(d8, v);
       }
       Transpose8x8(lo, out);
-      for (int l = 0; l < 8; ++l) hn::StoreU(out[l], d8, dst + l * cols + j);
+      for (int l = 0; l < 8; ++l) hn::StoreU(out[l], d8, dst + l * ldd + j);
       Transpose8x8(hi, out);
-      for (int l = 0; l < 8; ++l) hn::StoreU(out[l], d8, dst + (8 + l) * cols + j);
+      for (int l = 0; l < 8; ++l) hn::StoreU(out[l], d8, dst + (8 + l) * ldd + j);
       if (j + 8 >= cols) break;
     }
     return;
   }
 #endif
-  for (int64_t g = 0; g < n; g += 8) TransposeLanesToRows8(src + g, n, cols, dst + g * cols, cols);
+  for (int64_t g = 0; g < n; g += 8) TransposeLanesToRows8(src + g, n, cols, dst + g * ldd, ldd);
+}
+
+HWY_INLINE void BlockLanesToRows(const float* HWY_RESTRICT src, int64_t n, int64_t cols,
+                                 float* HWY_RESTRICT dst) {
+  BlockLanesToRows(src, n, cols, dst, cols);
 }
 #endif
 
