@@ -114,16 +114,7 @@ void BiasBackward(const float* dy, float* dbias, int64_t rows, int64_t cols, Sli
   // order, starting from 0 or dbias, whatever the blocking or slicing.
   while (c1 - j >= N) {
     const int64_t nv = std::min<int64_t>(8, (c1 - j) / N);
-    switch (nv) {
-      case 8: BiasColumns<8>(d, dy, dbias, rows, cols, j, accumulate); break;
-      case 7: BiasColumns<7>(d, dy, dbias, rows, cols, j, accumulate); break;
-      case 6: BiasColumns<6>(d, dy, dbias, rows, cols, j, accumulate); break;
-      case 5: BiasColumns<5>(d, dy, dbias, rows, cols, j, accumulate); break;
-      case 4: BiasColumns<4>(d, dy, dbias, rows, cols, j, accumulate); break;
-      case 3: BiasColumns<3>(d, dy, dbias, rows, cols, j, accumulate); break;
-      case 2: BiasColumns<2>(d, dy, dbias, rows, cols, j, accumulate); break;
-      default: BiasColumns<1>(d, dy, dbias, rows, cols, j, accumulate); break;
-    }
+    WithVectors(nv, [&](auto k) { BiasColumns<decltype(k)::value>(d, dy, dbias, rows, cols, j, accumulate); });
     j += nv * N;
   }
   if (j < c1) {

@@ -60,35 +60,52 @@ void EmbeddingBackward(const int32_t* ids, const float* dy, float* dtable, int64
 // Columns [c0, c0 + NV·N) of embedding_addend_backward: the addend row's sums stay in NV
 // registers while its dy rows pass (a second pass over dy for bias_backward was ~40% of the
 // two gradients' time on neighbor-sum's [640, 128] pre-activation gradient).
-template <int NV>
+// kTail: one partial vector of `tail` columns (dim not a multiple of the lanes), loaded and
+// stored as ForEachVector's last one.
+template <int NV, bool kTail = false>
 HWY_INLINE void EmbeddingAddendColumns(DF d, const int32_t* HWY_RESTRICT ids, const float* HWY_RESTRICT dy,
                                        float* HWY_RESTRICT dtable, float* HWY_RESTRICT daddend, int64_t n,
                                        int64_t dim, int64_t addend_rows, int64_t c0, int64_t v0, int64_t v1,
-                                       int64_t a0, int64_t a1, bool accumulate_addend) {
+                                       int64_t a0, int64_t a1, bool accumulate_addend, size_t tail = 0) {
+  static_assert(!kTail || NV == 1, "one partial vector");
   using V = hn::Vec<DF>;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  auto load = [&](const float* p) -> V {
+    if constexpr (kTail) {
+      return LoadUpTo(d, p, tail);
+    } else {
+      return hn::LoadU(d, p);
+    }
+  };
+  auto store = [&](V v, float* p) {
+    if constexpr (kTail) {
+      StoreTail(d, v, p, tail);
+    } else {
+      hn::StoreU(v, d, p);
+    }
+  };
   for (int64_t a = 0; a < addend_rows; ++a) {
     const bool own_a = a >= a0 && a < a1;
     V acc[NV];
     for (int v = 0; v < NV; ++v) acc[v] = hn::Zero(d);
     if (own_a && accumulate_addend)
-      for (int v = 0; v < NV; ++v) acc[v] = hn::LoadU(d, daddend + a * dim + c0 + v * N);
+      for (int v = 0; v < NV; ++v) acc[v] = load(daddend + a * dim + c0 + v * N);
     for (int64_t i = a; i < n; i += addend_rows) {
       const int64_t id = ids[i];
       const bool own_id = id >= v0 && id < v1;
       if (!own_a && !own_id) continue;
       const float* HWY_RESTRICT row = dy + i * dim + c0;
       V x[NV];
-      for (int v = 0; v < NV; ++v) x[v] = hn::LoadU(d, row + v * N);
+      for (int v = 0; v < NV; ++v) x[v] = load(row + v * N);
       if (own_a)
         for (int v = 0; v < NV; ++v) acc[v] = hn::Add(acc[v], x[v]);
       if (own_id) {
         float* HWY_RESTRICT t = dtable + id * dim + c0;
-        for (int v = 0; v < NV; ++v) hn::StoreU(hn::Add(hn::LoadU(d, t + v * N), x[v]), d, t + v * N);
+        for (int v = 0; v < NV; ++v) store(hn::Add(load(t + v * N), x[v]), t + v * N);
       }
     }
     if (own_a)
-      for (int v = 0; v < NV; ++v) hn::StoreU(acc[v], d, daddend + a * dim + c0 + v * N);
+      for (int v = 0; v < NV; ++v) store(acc[v], daddend + a * dim + c0 + v * N);
   }
 }
 
@@ -101,37 +118,18 @@ void EmbeddingAddendBackward(const int32_t* ids, const float* dy, float* dtable,
   const auto [a0, a1] = slice_range(addend_rows, s);
   if (!accumulate_table && v1 > v0)
     std::memset(dtable + v0 * dim, 0, static_cast<size_t>((v1 - v0) * dim) * sizeof(float));
-  if (dim % N != 0) {  // ragged rows: the same sums in the same order, one float at a time
-    if (!accumulate_addend && a1 > a0)
-      std::memset(daddend + a0 * dim, 0, static_cast<size_t>((a1 - a0) * dim) * sizeof(float));
-    for (int64_t a = 0; a < addend_rows; ++a) {
-      const bool own_a = a >= a0 && a < a1;
-      for (int64_t i = a; i < n; i += addend_rows) {
-        const int64_t id = ids[i];
-        const float* row = dy + i * dim;
-        if (own_a)
-          for (int64_t c = 0; c < dim; ++c) daddend[a * dim + c] += row[c];
-        if (id >= v0 && id < v1)
-          for (int64_t c = 0; c < dim; ++c) dtable[id * dim + c] += row[c];
-      }
-    }
-    return;
-  }
-  for (int64_t c0 = 0; c0 < dim;) {
-    const int64_t nv = std::min<int64_t>(8, (dim - c0) / N);
-    switch (nv) {
-#define ATTNKIT_ADDEND_CASE(K)                                                                                 \
-  case K:                                                                                                       \
-    EmbeddingAddendColumns<K>(d, ids, dy, dtable, daddend, n, dim, addend_rows, c0, v0, v1, a0, a1,            \
-                              accumulate_addend);                                                              \
-    break;
-      ATTNKIT_ADDEND_CASE(1) ATTNKIT_ADDEND_CASE(2) ATTNKIT_ADDEND_CASE(3) ATTNKIT_ADDEND_CASE(4)
-      ATTNKIT_ADDEND_CASE(5) ATTNKIT_ADDEND_CASE(6) ATTNKIT_ADDEND_CASE(7) ATTNKIT_ADDEND_CASE(8)
-#undef ATTNKIT_ADDEND_CASE
-      default: break;
-    }
+  const int64_t whole = dim / N * N;
+  for (int64_t c0 = 0; c0 < whole;) {
+    const int64_t nv = std::min<int64_t>(8, (whole - c0) / N);
+    WithVectors(nv, [&](auto k) {
+      EmbeddingAddendColumns<decltype(k)::value>(d, ids, dy, dtable, daddend, n, dim, addend_rows, c0, v0, v1, a0,
+                                                 a1, accumulate_addend);
+    });
     c0 += nv * N;
   }
+  if (whole < dim)  // a ragged last vector: the same sums in the same order, under a lane mask
+    EmbeddingAddendColumns<1, true>(d, ids, dy, dtable, daddend, n, dim, addend_rows, whole, v0, v1, a0, a1,
+                                    accumulate_addend, static_cast<size_t>(dim - whole));
 }
 
 }  // namespace HWY_NAMESPACE

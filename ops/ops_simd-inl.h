@@ -34,6 +34,22 @@ HWY_INLINE void WithFlag(bool flag, const F& f) {
   }
 }
 
+// Calls f(std::integral_constant<int, nv>()) for 1 <= nv <= 8 (a kernel's count of whole
+// vectors per block as a template argument); nothing for other counts.
+template <class F>
+HWY_INLINE void WithVectors(int64_t nv, const F& f) {
+  switch (nv) {
+#define ATTNKIT_VECTORS_CASE(K) \
+  case K:                       \
+    return f(std::integral_constant<int, K>());
+    ATTNKIT_VECTORS_CASE(1) ATTNKIT_VECTORS_CASE(2) ATTNKIT_VECTORS_CASE(3) ATTNKIT_VECTORS_CASE(4)
+    ATTNKIT_VECTORS_CASE(5) ATTNKIT_VECTORS_CASE(6) ATTNKIT_VECTORS_CASE(7) ATTNKIT_VECTORS_CASE(8)
+#undef ATTNKIT_VECTORS_CASE
+    default:
+      return;
+  }
+}
+
 // AVX-512 stores and loads any subset of lanes with one fast instruction (a mask register);
 // AVX2's vmaskmov is slow on AMD and SSE4 has none, so those targets copy ragged tails through
 // a stack buffer or overlap whole vectors instead.
