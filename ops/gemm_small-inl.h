@@ -37,6 +37,7 @@ namespace attnkit::HWY_NAMESPACE {
 // Most rows of C one small tile holds: R rows × NV vectors of accumulators stay in registers.
 inline constexpr int64_t kSmallRows1 = 12;  // one vector per row
 inline constexpr int64_t kSmallRows2 = 10;  // two vectors per row
+inline constexpr int64_t kSmallRows4 = 6;   // four vectors per row (short k: see GemmDirect)
 
 #if ATTNKIT_HAVE_SMALL_GEMM
 
@@ -82,17 +83,17 @@ HWY_INLINE void SmallStoreVec(D d, hn::Vec<D> acc, hn::Vec<D> va, hn::Vec<D> vb,
 // kEpilogue: g's relu / mask / addend in the same store (a Linear–ReLU's backward dx).
 template <class D, int R, int NV, bool kTransA, bool kFull, bool kBias, bool kEpilogue>
 HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t i, int64_t j, int64_t cols) {
-  static_assert(NV == 1 || NV == 2, "one or two vectors per row");
+  static_assert(NV == 1 || NV == 2 || NV == 4, "one, two or four vectors per row");
   using V = hn::Vec<D>;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t lda = g.lda, ldb = g.ldb, k = g.k;
   // A(r, kk) = a[r·ar + kk·ak].
   const float* HWY_RESTRICT a = g.a + (kTransA ? i : i * lda);
   const float* HWY_RESTRICT b = g.b + j;
-  const auto mlast = hn::FirstN(d, static_cast<size_t>(cols - (NV - 1) * lanes));
-  V acc0[R], acc1[R];  // one-dimensional local arrays: they stay in registers
+  const auto mlast = hn::FirstN(d, static_cast<size_t>(cols - (NV - 1) * lanes));  // the last vector's lanes
+  V acc0[R], acc1[R], acc2[R], acc3[R];  // one-dimensional local arrays: they stay in registers
 #pragma GCC unroll 12
-  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = hn::Zero(d);
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = acc2[r] = acc3[r] = hn::Zero(d);
 #pragma GCC unroll 2
   for (int64_t kk = 0; kk < k; ++kk) {
     if constexpr (NV == 1) {
@@ -105,7 +106,7 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t i, int64_t j, int64_
 #pragma GCC unroll 12
       for (int r = 0; r < R; ++r)
         acc0[r] = hn::MulAdd(hn::Set(d, kTransA ? a[r] : a[r * lda]), bv, acc0[r]);
-    } else {
+    } else if constexpr (NV == 2) {
       const V bv0 = hn::LoadU(d, b);
       V bv1;
       if constexpr (kFull) {
@@ -119,30 +120,63 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t i, int64_t j, int64_
         acc0[r] = hn::MulAdd(av, bv0, acc0[r]);
         acc1[r] = hn::MulAdd(av, bv1, acc1[r]);
       }
+    } else {
+      const V bv0 = hn::LoadU(d, b), bv1 = hn::LoadU(d, b + lanes), bv2 = hn::LoadU(d, b + 2 * lanes);
+      V bv3;
+      if constexpr (kFull) {
+        bv3 = hn::LoadU(d, b + 3 * lanes);
+      } else {
+        bv3 = hn::MaskedLoad(mlast, d, b + 3 * lanes);
+      }
+#pragma GCC unroll 12
+      for (int r = 0; r < R; ++r) {
+        const V av = hn::Set(d, kTransA ? a[r] : a[r * lda]);
+        acc0[r] = hn::MulAdd(av, bv0, acc0[r]);
+        acc1[r] = hn::MulAdd(av, bv1, acc1[r]);
+        acc2[r] = hn::MulAdd(av, bv2, acc2[r]);
+        acc3[r] = hn::MulAdd(av, bv3, acc3[r]);
+      }
     }
     a += kTransA ? lda : 1;
     b += ldb;
   }
   const V va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
   const Combine combine = FirstCombine(g.beta);
-  float* HWY_RESTRICT c = g.c + i * g.ldc + j;
-  V bias0 = hn::Zero(d), bias1 = hn::Zero(d);
+  // ldc in a local: read through g after every store of C (which might alias it), it was
+  // reloaded 24 times per tile.
+  const int64_t ldc = g.ldc;
+  float* HWY_RESTRICT c = g.c + i * ldc + j;
+  V bias0 = hn::Zero(d), bias1 = hn::Zero(d), bias2 = hn::Zero(d), bias3 = hn::Zero(d);
   if constexpr (kBias) {
     if constexpr (NV == 1) {
       bias0 = kFull ? hn::LoadU(d, g.bias + j) : hn::MaskedLoad(mlast, d, g.bias + j);
-    } else {
+    } else if constexpr (NV == 2) {
       bias0 = hn::LoadU(d, g.bias + j);
       bias1 = kFull ? hn::LoadU(d, g.bias + j + lanes) : hn::MaskedLoad(mlast, d, g.bias + j + lanes);
+    } else {
+      bias0 = hn::LoadU(d, g.bias + j);
+      bias1 = hn::LoadU(d, g.bias + j + lanes);
+      bias2 = hn::LoadU(d, g.bias + j + 2 * lanes);
+      bias3 = kFull ? hn::LoadU(d, g.bias + j + 3 * lanes) : hn::MaskedLoad(mlast, d, g.bias + j + 3 * lanes);
     }
   }
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) {
     if constexpr (NV == 1) {
-      SmallStoreVec<!kFull, kBias, kEpilogue>(d, acc0[r], va, vb, combine, mlast, bias0, g, i + r, j, c + r * g.ldc);
-    } else {
-      SmallStoreVec<false, kBias, kEpilogue>(d, acc0[r], va, vb, combine, mlast, bias0, g, i + r, j, c + r * g.ldc);
+      SmallStoreVec<!kFull, kBias, kEpilogue>(d, acc0[r], va, vb, combine, mlast, bias0, g, i + r, j, c + r * ldc);
+    } else if constexpr (NV == 2) {
+      SmallStoreVec<false, kBias, kEpilogue>(d, acc0[r], va, vb, combine, mlast, bias0, g, i + r, j, c + r * ldc);
       SmallStoreVec<!kFull, kBias, kEpilogue>(d, acc1[r], va, vb, combine, mlast, bias1, g, i + r, j + lanes,
-                                              c + r * g.ldc + lanes);
+                                              c + r * ldc + lanes);
+    } else {
+      float* cr = c + r * ldc;
+      SmallStoreVec<false, kBias, kEpilogue>(d, acc0[r], va, vb, combine, mlast, bias0, g, i + r, j, cr);
+      SmallStoreVec<false, kBias, kEpilogue>(d, acc1[r], va, vb, combine, mlast, bias1, g, i + r, j + lanes,
+                                             cr + lanes);
+      SmallStoreVec<false, kBias, kEpilogue>(d, acc2[r], va, vb, combine, mlast, bias2, g, i + r, j + 2 * lanes,
+                                             cr + 2 * lanes);
+      SmallStoreVec<!kFull, kBias, kEpilogue>(d, acc3[r], va, vb, combine, mlast, bias3, g, i + r,
+                                              j + 3 * lanes, cr + 3 * lanes);
     }
   }
 }
@@ -225,7 +259,7 @@ template <class D, int NV, bool kTransA, bool kTransB, bool kFull = false, bool 
           bool kEpilogue = false>
 HWY_INLINE void SmallRows(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64_t j,
                           int64_t cols) {
-  constexpr int kMax = static_cast<int>(NV == 1 ? kSmallRows1 : kSmallRows2);
+  constexpr int kMax = static_cast<int>(NV == 1 ? kSmallRows1 : NV == 2 ? kSmallRows2 : kSmallRows4);
   const int64_t m = i1 - i0, tiles = (m + kMax - 1) / kMax;
   // The first m % tiles tiles one row taller (one division per block, none for one tile).
   const int64_t base = tiles == 1 ? m : m / tiles, taller = tiles == 1 ? 0 : m % tiles;
@@ -278,8 +312,10 @@ inline void GemmSmall(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int
     SmallBlock<hn::Full256<float>, 1>(hn::Full256<float>(), g, i0, i1, j0, cols);
   } else if (cols <= lanes) {
     SmallBlock<DF, 1>(d, g, i0, i1, j0, cols);
-  } else {
+  } else if (cols <= 2 * lanes) {
     SmallBlock<DF, 2>(d, g, i0, i1, j0, cols);
+  } else {  // four whole vectors: GemmDirect's short-k blocks (B not transposed)
+    SmallBlock<DF, 4>(d, g, i0, i1, j0, cols);
   }
 }
 

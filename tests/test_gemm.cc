@@ -267,7 +267,8 @@ TEST_CASE("sgemm_bias_slice adds the bias on every SIMD target, whatever the sli
   std::vector<Shape> shapes = kLargeShapes;
   for (Shape s : {Shape{10, 10, 16}, Shape{640, 32, 32}, Shape{640, 128, 32}, Shape{256, 10, 32},
                   Shape{640, 10, 128}, Shape{20, 10, 32}, Shape{37, 3, 13},
-                  Shape{21, 7, 9}, Shape{300, 300, 300}, Shape{130, 600, 400}, Shape{5, 3, 0}})
+                  Shape{21, 7, 9}, Shape{300, 300, 300}, Shape{130, 600, 400}, Shape{5, 3, 0},
+                  Shape{37, 100, 9}, Shape{640, 128, 10}, Shape{29, 200, 16}})
     shapes.push_back(s);
   attnkit::test::for_each_simd_target([&](const std::string& target) {
     uint32_t seed = 500;
@@ -313,7 +314,10 @@ TEST_CASE("sgemm_epilogue_slice: relu, mask and addend are bitwise relu_forward/
                   // the small path's fused stores: dx of narrow layers (k = 10, 2), at most 24
                   // rows, ragged last vectors of 1 and 2 per row
                   Shape{640, 128, 10}, Shape{640, 64, 2}, Shape{20, 10, 32}, Shape{13, 33, 7},
-                  Shape{640, 17, 16}, Shape{24, 16, 5}})
+                  Shape{640, 17, 16}, Shape{24, 16, 5},
+                  // k <= 16 and at least four vectors of columns: 6 × 4-vector tiles, then
+                  // the rest in tiles of up to two vectors
+                  Shape{37, 100, 9}, Shape{7, 64, 1}, Shape{29, 200, 16}})
     shapes.push_back(s);
   attnkit::test::for_each_simd_target([&](const std::string& target) {
     uint32_t seed = 900;
