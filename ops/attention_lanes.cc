@@ -34,10 +34,9 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
 
+#if ATTNKIT_HAVE_TRANSPOSE8
 constexpr int64_t kLanesMaxQueries = 32;
 constexpr int64_t kLanesMaxHeadDim = 32;
-
-#if ATTNKIT_HAVE_TRANSPOSE8
 constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
 // Keys whose scores (and probabilities) stay in registers next to the other operands: all
 // 16 on AVX-512's 32 registers, 12 within AVX2's 16.
@@ -120,24 +119,6 @@ HWY_NOINLINE void GroupProbs(const float* q, const float* k, float* probs, const
   }
 }
 
-// Calls f(std::integral_constant<int, tk>()) for 1 <= tk <= kRegisterKeys.
-template <class F>
-HWY_INLINE void WithKeys(int64_t tk, const F& f) {
-  switch (tk) {
-#define ATTNKIT_KEYS_CASE(n) \
-  case n:                    \
-    return f(std::integral_constant<int, n>());
-    ATTNKIT_KEYS_CASE(1) ATTNKIT_KEYS_CASE(2) ATTNKIT_KEYS_CASE(3) ATTNKIT_KEYS_CASE(4)
-    ATTNKIT_KEYS_CASE(5) ATTNKIT_KEYS_CASE(6) ATTNKIT_KEYS_CASE(7) ATTNKIT_KEYS_CASE(8)
-    ATTNKIT_KEYS_CASE(9) ATTNKIT_KEYS_CASE(10) ATTNKIT_KEYS_CASE(11) ATTNKIT_KEYS_CASE(12)
-#if HWY_TARGET <= HWY_AVX3
-    ATTNKIT_KEYS_CASE(13) ATTNKIT_KEYS_CASE(14) ATTNKIT_KEYS_CASE(15) ATTNKIT_KEYS_CASE(16)
-#endif
-#undef ATTNKIT_KEYS_CASE
-    default:
-      return;
-  }
-}
 #endif  // ATTNKIT_HAVE_TRANSPOSE8
 
 int64_t AttentionLanes(const AttentionDims& m, const AttentionMasking& mk) {
@@ -153,7 +134,7 @@ void AttentionLanesProbs(const float* q, const float* k, float* probs, const Att
                          const AttentionMasking& mk, int64_t g0, int64_t g1) {
 #if ATTNKIT_HAVE_TRANSPOSE8
   if (!Fits(m, mk)) return;
-  WithKeys(m.tk, [&](auto tk) {
+  WithCount<static_cast<int>(kRegisterKeys)>(m.tk, [&](auto tk) {
     for (int64_t g = g0; g < g1; ++g) GroupProbs<decltype(tk)::value>(q, k, probs, m, mk, g);
   });
 #else

@@ -114,7 +114,7 @@ void BiasBackward(const float* dy, float* dbias, int64_t rows, int64_t cols, Sli
   // order, starting from 0 or dbias, whatever the blocking or slicing.
   while (c1 - j >= N) {
     const int64_t nv = std::min<int64_t>(8, (c1 - j) / N);
-    WithVectors(nv, [&](auto k) { BiasColumns<decltype(k)::value>(d, dy, dbias, rows, cols, j, accumulate); });
+    WithCount<8>(nv, [&](auto k) { BiasColumns<decltype(k)::value>(d, dy, dbias, rows, cols, j, accumulate); });
     j += nv * N;
   }
   if (j < c1) {

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "ops/embedding.h"
 
@@ -114,14 +115,16 @@ void EmbeddingAddendBackward(const int32_t* ids, const float* dy, float* dtable,
                              bool accumulate_addend) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const auto [v0, v1] = slice_range(vocab, s);
-  const auto [a0, a1] = slice_range(addend_rows, s);
+  // (Plain locals, not structured bindings: the lambda below captures them, which clang rejects.)
+  const std::pair<int64_t, int64_t> vocab_range = slice_range(vocab, s), addend_range = slice_range(addend_rows, s);
+  const int64_t v0 = vocab_range.first, v1 = vocab_range.second;
+  const int64_t a0 = addend_range.first, a1 = addend_range.second;
   if (!accumulate_table && v1 > v0)
     std::memset(dtable + v0 * dim, 0, static_cast<size_t>((v1 - v0) * dim) * sizeof(float));
   const int64_t whole = dim / N * N;
   for (int64_t c0 = 0; c0 < whole;) {
     const int64_t nv = std::min<int64_t>(8, (whole - c0) / N);
-    WithVectors(nv, [&](auto k) {
+    WithCount<8>(nv, [&](auto k) {
       EmbeddingAddendColumns<decltype(k)::value>(d, ids, dy, dtable, daddend, n, dim, addend_rows, c0, v0, v1, a0,
                                                  a1, accumulate_addend);
     });

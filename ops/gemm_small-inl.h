@@ -22,7 +22,7 @@
 
 #include "hwy/highway.h"
 #include "ops/gemm_tile-inl.h"  // DF, VF, GemmArgs, CombineVec, FirstCombine
-#include "ops/ops_simd-inl.h"   // Transpose8x8
+#include "ops/ops_simd-inl.h"   // Transpose8x8, WithCount
 
 HWY_BEFORE_NAMESPACE();
 namespace attnkit::HWY_NAMESPACE {
@@ -236,23 +236,6 @@ HWY_INLINE void SmallTileNT(D d, const GemmArgs& g, int64_t i, int64_t j, int64_
     SmallStoreVec<true, false, false>(d, acc[r], va, vb, combine, mcols, hn::Zero(d), g, i + r, j, c + r * g.ldc);
 }
 
-// Calls fn(std::integral_constant<int, R>()) for the runtime rows (1 <= rows <= kMax <= 12).
-template <int kMax, class Fn>
-HWY_INLINE void WithRows(int64_t rows, const Fn& fn) {
-  switch (rows) {
-#define ATTNKIT_SMALL_ROWS_CASE(R) \
-  case R:                          \
-    if constexpr (R <= kMax) fn(std::integral_constant<int, R>()); \
-    break;
-    ATTNKIT_SMALL_ROWS_CASE(1) ATTNKIT_SMALL_ROWS_CASE(2) ATTNKIT_SMALL_ROWS_CASE(3)
-    ATTNKIT_SMALL_ROWS_CASE(4) ATTNKIT_SMALL_ROWS_CASE(5) ATTNKIT_SMALL_ROWS_CASE(6)
-    ATTNKIT_SMALL_ROWS_CASE(7) ATTNKIT_SMALL_ROWS_CASE(8) ATTNKIT_SMALL_ROWS_CASE(9)
-    ATTNKIT_SMALL_ROWS_CASE(10) ATTNKIT_SMALL_ROWS_CASE(11) ATTNKIT_SMALL_ROWS_CASE(12)
-#undef ATTNKIT_SMALL_ROWS_CASE
-    default: break;
-  }
-}
-
 // Rows [i0, i1) in tiles of at most kMax rows, as even as possible (which tile a row falls in
 // changes none of its values).
 template <class D, int NV, bool kTransA, bool kTransB, bool kFull = false, bool kBias = false,
@@ -266,7 +249,7 @@ HWY_INLINE void SmallRows(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64_
   int64_t i = i0;
   for (int64_t t = 0; t < tiles; ++t) {
     const int64_t rows = base + (t < taller ? 1 : 0);
-    WithRows<kMax>(rows, [&](auto r_tag) {
+    WithCount<kMax>(rows, [&](auto r_tag) {
       constexpr int R = decltype(r_tag)::value;
       if constexpr (kTransB) {
         SmallTileNT<D, R, kTransA>(d, g, i, j, cols);

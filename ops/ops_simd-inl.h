@@ -34,17 +34,22 @@ HWY_INLINE void WithFlag(bool flag, const F& f) {
   }
 }
 
-// Calls f(std::integral_constant<int, nv>()) for 1 <= nv <= 8 (a kernel's count of whole
-// vectors per block as a template argument); nothing for other counts.
-template <class F>
-HWY_INLINE void WithVectors(int64_t nv, const F& f) {
-  switch (nv) {
-#define ATTNKIT_VECTORS_CASE(K) \
-  case K:                       \
-    return f(std::integral_constant<int, K>());
-    ATTNKIT_VECTORS_CASE(1) ATTNKIT_VECTORS_CASE(2) ATTNKIT_VECTORS_CASE(3) ATTNKIT_VECTORS_CASE(4)
-    ATTNKIT_VECTORS_CASE(5) ATTNKIT_VECTORS_CASE(6) ATTNKIT_VECTORS_CASE(7) ATTNKIT_VECTORS_CASE(8)
-#undef ATTNKIT_VECTORS_CASE
+// Calls f(std::integral_constant<int, n>()) for 1 <= n <= kMax (<= 16): a kernel's runtime
+// count (vectors per block, rows of a tile, keys in registers) as a template argument;
+// nothing for other counts.
+template <int kMax, class F>
+HWY_INLINE void WithCount(int64_t n, const F& f) {
+  static_assert(kMax >= 1 && kMax <= 16, "counts 1 to 16");
+  switch (n) {
+#define ATTNKIT_COUNT_CASE(K)                                    \
+  case K:                                                        \
+    if constexpr (K <= kMax) f(std::integral_constant<int, K>()); \
+    return;
+    ATTNKIT_COUNT_CASE(1) ATTNKIT_COUNT_CASE(2) ATTNKIT_COUNT_CASE(3) ATTNKIT_COUNT_CASE(4)
+    ATTNKIT_COUNT_CASE(5) ATTNKIT_COUNT_CASE(6) ATTNKIT_COUNT_CASE(7) ATTNKIT_COUNT_CASE(8)
+    ATTNKIT_COUNT_CASE(9) ATTNKIT_COUNT_CASE(10) ATTNKIT_COUNT_CASE(11) ATTNKIT_COUNT_CASE(12)
+    ATTNKIT_COUNT_CASE(13) ATTNKIT_COUNT_CASE(14) ATTNKIT_COUNT_CASE(15) ATTNKIT_COUNT_CASE(16)
+#undef ATTNKIT_COUNT_CASE
     default:
       return;
   }
