@@ -42,31 +42,9 @@ constexpr int64_t kL = static_cast<int64_t>(hn::MaxLanes(DF()));
 // 16 on AVX-512's 32 registers, 12 within AVX2's 16.
 constexpr int64_t kRegisterKeys = kL >= 16 ? 16 : 12;
 
-// dst[c·kL + l] = src[l·lds + c] for the kL lanes l and columns c < n (n >= 8): whole 8 × 8
-// blocks, a ragged last block overlapping the one before it (it rewrites the same values).
+// dst[c·kL + l] = src[l·lds + c] for the kL lanes l and columns c < n (n >= 8).
 HWY_INLINE void RowsToLanes(const float* HWY_RESTRICT src, int64_t lds, int64_t n, float* HWY_RESTRICT dst) {
-#if HWY_TARGET <= HWY_AVX3
-  static_assert(kL == 16, "AVX-512 vectors hold 16 floats");
-  const hn::Full512<float> d16;
-  const hn::Full256<float> d8;
-  for (int64_t c0 = 0;; c0 += 8) {
-    c0 = c0 < n - 8 ? c0 : n - 8;
-    V8 lo[8], hi[8], tlo[8], thi[8];
-    for (int l = 0; l < 8; ++l) {
-      lo[l] = hn::LoadU(d8, src + l * lds + c0);
-      hi[l] = hn::LoadU(d8, src + (8 + l) * lds + c0);
-    }
-    Transpose8x8(lo, tlo);
-    Transpose8x8(hi, thi);
-    // Whole 16-lane stores: the tiles are read back by 16-lane loads, which do not forward
-    // from two 8-lane stores.
-    for (int c = 0; c < 8; ++c) hn::Store(hn::Combine(d16, thi[c], tlo[c]), d16, dst + (c0 + c) * 16);
-    if (c0 + 8 >= n) break;
-  }
-#else
-  static_assert(kL == 8, "AVX2 vectors hold 8 floats");
-  TransposeRowsToLanes8(src, lds, n, dst, 8);
-#endif
+  BlockRowsToLanes(src, lds, kL, n, dst);
 }
 
 HWY_INLINE bool Fits(const AttentionDims& m, const AttentionMasking& mk) {

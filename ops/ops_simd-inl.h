@@ -212,10 +212,36 @@ HWY_INLINE void TransposeLanesToRows8(const float* HWY_RESTRICT src, int64_t lds
 
 #if ATTNKIT_HAVE_TRANSPOSE8
 // A block of n rows (n a multiple of 8: one row per lane of 8- or 16-lane vectors) of cols >= 8
-// contiguous floats into lanes: dst[j·n + l] = src[l·cols + j], 8 rows at a time.
+// floats, lds apart, into lanes: dst[j·n + l] = src[l·lds + j], 8 rows at a time.
+HWY_INLINE void BlockRowsToLanes(const float* HWY_RESTRICT src, int64_t lds, int64_t n, int64_t cols,
+                                 float* HWY_RESTRICT dst) {
+#if HWY_TARGET <= HWY_AVX3
+  if (n == 16) {
+    // Both 8-row halves transposed, then whole 16-lane stores: the block is read back by
+    // 16-lane loads, which do not forward from two 8-lane stores.
+    const hn::Full512<float> d16;
+    const hn::Full256<float> d8;
+    for (int64_t j = 0;; j += 8) {
+      j = j < cols - 8 ? j : cols - 8;
+      V8 lo[8], hi[8], tlo[8], thi[8];
+      for (int l = 0; l < 8; ++l) {
+        lo[l] = hn::LoadU(d8, src + l * lds + j);
+        hi[l] = hn::LoadU(d8, src + (8 + l) * lds + j);
+      }
+      Transpose8x8(lo, tlo);
+      Transpose8x8(hi, thi);
+      for (int c = 0; c < 8; ++c) hn::StoreU(hn::Combine(d16, thi[c], tlo[c]), d16, dst + (j + c) * 16);
+      if (j + 8 >= cols) break;
+    }
+    return;
+  }
+#endif
+  for (int64_t g = 0; g < n; g += 8) TransposeRowsToLanes8(src + g * lds, lds, cols, dst + g, n);
+}
+
 HWY_INLINE void BlockRowsToLanes(const float* HWY_RESTRICT src, int64_t n, int64_t cols,
                                  float* HWY_RESTRICT dst) {
-  for (int64_t g = 0; g < n; g += 8) TransposeRowsToLanes8(src + g * cols, cols, cols, dst + g, n);
+  BlockRowsToLanes(src, cols, n, cols, dst);
 }
 
 // The inverse: dst[l·ldd + j] = src[j·n + l] (rows of cols >= 8 floats, ldd apart).
