@@ -82,7 +82,7 @@ void Graph::backward_from(Tensor loss, Tensor dy) {
   if (fold_embedding_projections_) optimize_forward(loss.id());
   remove_dead_forward_nodes(loss.id());
   if (fold_embedding_projections_) {  // (P·V)·W + b → P·(V·W + b) with V·W on the tables
-    fold_attention_values(/*heads_summed=*/false);
+    fold_attention_values();
     remove_dead_forward_nodes(loss.id());
   }
   forward_nodes_ = nodes_.size();

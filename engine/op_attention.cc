@@ -140,7 +140,7 @@ void attention_run(const RunContext& c, const Node& n, Slice s) {
   float *y = c.f32(n.out[0]), *probs = c.f32(n.out[1]);
   const AttentionMasking mk = masking(c, n, n.in[3]);
   const AttentionDims d = forward_dims(c, m, n);
-  if (d.sum_heads || d.ids) {  // whole batch entries: their heads add into the same rows
+  if (d.ids) {  // whole batch entries: their heads add into the same rows
     for_each_product_range(m.b, s, [&](int64_t b0, int64_t b1) {
       attention_forward(q, k, v, probs, y, d, mk, b0 * m.h, b1 * m.h);
     });
@@ -156,8 +156,8 @@ void attention_run(const RunContext& c, const Node& n, Slice s) {
 // [B, H, Tq, Tk]. dy is the gradient of the output, dprobs that of the attention weights (a
 // loss or regularizer on them); either may be absent. Without dy, V gets no gradient.
 void attention_differentiate(Autodiff& ad, const Node& n) {
-  if (n.attrs.sum_heads || n.attrs.relu || n.attrs.indexed || n.accumulate != 0)
-    throw Error("attention: a head-summed, indexed, ReLU'd or accumulating attention (an inference fold) has no backward");
+  if (n.attrs.relu || n.attrs.indexed || n.accumulate != 0)
+    throw Error("attention: an indexed, ReLU'd or accumulating attention (an inference fold) has no backward");
   Node b;
   b.op = OpKind::kAttentionBackward;
   const TensorId dy = ad.grad(n.out[0]), dprobs = ad.grad(n.out[1]);
@@ -185,9 +185,11 @@ void attention_backward_run(const RunContext& c, const Node& n, Slice s) {
   float* dk = n.out[1] != kNoTensor ? c.f32(n.out[1]) : nullptr;
   float* dv = n.out[2] != kNoTensor ? c.f32(n.out[2]) : nullptr;
   const AttentionMasking mk = masking(c, n, n.in[5]);
+  AttentionDims d = short_dims(m);
+  d.sum_heads = n.attrs.sum_heads;  // dy [B, Tq, Dv / H], every head's output gradient
   for_each_product_range(m.b * m.h, s, [&](int64_t p0, int64_t p1) {
     attention_backward(q, k, v, probs, dy, dweights, dprobs, dq, dk, dv, n.accumulates(0), n.accumulates(1),
-                       n.accumulates(2), short_dims(m), mk, p0, p1);
+                       n.accumulates(2), d, mk, p0, p1);
   });
 }
 

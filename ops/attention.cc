@@ -44,10 +44,22 @@ constexpr int64_t kMaxQueries = 64;  // tq
 constexpr int64_t kMaxVectors = 8;   // sequence vectors (tq, tk padded), and a product's column block
 constexpr size_t kMaxLanes = hn::MaxLanes(DF());
 constexpr int64_t kMaxHeadDim = 128;  // dh and dvh (whole vectors): 128 value columns of a folded head
+constexpr int64_t kMaxSummedRows = 64;  // heads · tk of a head-summed backward's dot-product scores
 
 template <class D>
 HWY_INLINE int64_t LanesOf(D d) {
   return static_cast<int64_t>(hn::Lanes(d));
+}
+
+// Makes the compiler hold v in a register: an operand loaded once and read by several FMAs
+// would otherwise be folded into each of them as a memory operand (one load per FMA).
+template <class V>
+HWY_INLINE void KeepInRegister(V& v) {
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR
+  asm("" : "+v"(v.raw));
+#else
+  (void)v;
+#endif
 }
 
 // out[r·ldo + v·N + lane] (+)= Σ_{l < len} coef[r·crs + l·cls] · mat[l·ms + v·N + lane]
@@ -70,7 +82,12 @@ HWY_INLINE void RowsBlock(D d, const float* HWY_RESTRICT coef, int64_t crs, int6
   }
   for (int64_t l = 1; l < len; ++l) {
     hn::Vec<D> row[V];
-    for (int v = 0; v < V; ++v) row[v] = hn::LoadU(d, mat + l * ms + v * N);
+    for (int v = 0; v < V; ++v) {
+      row[v] = hn::LoadU(d, mat + l * ms + v * N);
+      // One load for the R FMAs that read it (the compiler folds it into each of them: R
+      // loads per vector, and with 2 rows of 8 vectors loads were what the loop waited on).
+      if constexpr (R > 1) KeepInRegister(row[v]);
+    }
     for (int r = 0; r < R; ++r) {
       const auto c = hn::Set(d, coef[r * crs + l * cls]);
       for (int v = 0; v < V; ++v) acc[r][v] = hn::MulAdd(c, row[v], acc[r][v]);
@@ -106,7 +123,9 @@ HWY_INLINE void RowsOf(D d, int64_t rows, const float* coef, int64_t crs, int64_
   // Up to 12 accumulators, leaving room for the V matrix vectors and a broadcast in the 16
   // vector registers of AVX2 / SSE4 (32 on AVX-512).
   constexpr int kAccumulators = kMaxLanes >= 16 ? 12 : std::min(12, 14 - V);
-  constexpr int R = V >= kAccumulators ? 1 : kAccumulators / V;
+  // (8 vectors: 2 rows on AVX-512, 16 accumulators + 8 matrix vectors of its 32 registers; one
+  // row was 9 loads per 8 FMAs.)
+  constexpr int R = kMaxLanes >= 16 && V == 8 ? 2 : V >= kAccumulators ? 1 : kAccumulators / V;
   int64_t r = 0;
   for (; r + R <= rows; r += R)
     RowsBlock<R, V>(d, coef + r * crs, crs, cls, len, mat, ms, out + r * ldo, ldo, add);
@@ -187,6 +206,131 @@ static const uint8_t* TransposedMask(const AttentionDims& m, const AttentionMask
   return buf;
 }
 
+// Lane q of the result: the sum of acc[q]'s lanes, for K = Lanes(d) accumulators, by a fixed
+// tree of adjacent-lane pair sums (ConcatEven + ConcatOdd): every accumulator's lanes are
+// added in the same order whatever its position, so a sum depends only on its own lanes.
+template <int K, class D>
+HWY_INLINE hn::Vec<D> LaneSums(D d, const hn::Vec<D> (&acc)[K]) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)d;
+  return acc[0];
+#else
+  if constexpr (K == 1) {
+    return acc[0];
+  } else {
+    hn::Vec<D> half[K / 2];  // (a fresh array per level: updating acc in place spilled it)
+#pragma GCC unroll 16
+    for (int q = 0; q < K / 2; ++q)
+      half[q] = hn::Add(hn::ConcatEven(d, acc[2 * q + 1], acc[2 * q]), hn::ConcatOdd(d, acc[2 * q + 1], acc[2 * q]));
+    return LaneSums<K / 2>(d, half);
+  }
+#endif
+}
+
+// out[c·ldo + r] = a_r · b_c (dot products over len, whole vectors of d) for r < R and the
+// first `cols` of c < C, R·C = Lanes(d): one FMA chain per lane and dot, then LaneSums.
+template <int R, int C, class D>
+HWY_INLINE void DotTileT(D d, const float* const* HWY_RESTRICT ar, const float* const* HWY_RESTRICT br,
+                         int64_t len, float* HWY_RESTRICT out, int64_t ldo, int64_t cols) {
+  constexpr int K = static_cast<int>(hn::MaxLanes(D()));
+  static_assert(R * C == K, "one accumulator per lane");
+  const int64_t N = LanesOf(d);
+  hn::Vec<D> acc[K];  // acc[c·R + r]
+  {
+    hn::Vec<D> a[R];
+    for (int r = 0; r < R; ++r) a[r] = hn::LoadU(d, ar[r]);
+    for (int c = 0; c < C; ++c) {
+      const auto bv = hn::LoadU(d, br[c]);
+      for (int r = 0; r < R; ++r) acc[c * R + r] = hn::Mul(a[r], bv);
+    }
+  }
+  for (int64_t e = N; e < len; e += N) {
+    hn::Vec<D> a[R];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      a[r] = hn::LoadU(d, ar[r] + e);
+      if constexpr (C > 1) KeepInRegister(a[r]);  // (one load for its C FMAs)
+    }
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      auto bv = hn::LoadU(d, br[c] + e);
+      if constexpr (R > 1) KeepInRegister(bv);  // (one load for its R FMAs)
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) acc[c * R + r] = hn::MulAdd(a[r], bv, acc[c * R + r]);
+    }
+  }
+  HWY_ALIGN float sums[K];
+  hn::Store(LaneSums<K>(d, acc), d, sums);
+  for (int c = 0; c < C; ++c) {
+    if (c >= cols) break;
+    for (int r = 0; r < R; ++r) out[c * ldo + r] = sums[c * R + r];
+  }
+}
+
+// dPᵀ of the heads [h0, h1) of batch entry b of a head-summed attention (every head reads the
+// one dy): st[(h − h0)·tk + j][i] = dy_i · v_hj over the dvh value columns, for queries i < tq
+// (query lanes up to the next multiple of R past tq get the last query's values; tqp, a
+// multiple of R, is st's row stride), here for the key rows [c_begin, c_end) of the heads'
+// (h − h0)·tk + j. Dot products along the value columns: the rows of dy and of V are read as
+// they are, no transposes; tiles of R queries × C key rows, R·C lanes.
+template <int R, int C, class D>
+HWY_NOINLINE void SummedScoresT(D d, const float* dyb, int64_t ldy, const float* vb, const AttentionDims& m,
+                              int64_t h0, int64_t c_begin, int64_t c_end, float* st, int64_t tqp) {
+  for (int64_t i0 = 0; i0 < m.tq; i0 += R) {
+    const float* ar[R];
+    for (int r = 0; r < R; ++r) ar[r] = dyb + std::min<int64_t>(i0 + r, m.tq - 1) * ldy;
+    for (int64_t c0 = c_begin; c0 < c_end; c0 += C) {
+      const float* br[C];
+      for (int c = 0; c < C; ++c) {
+        const int64_t kr = std::min<int64_t>(c0 + c, c_end - 1), h = h0 + kr / m.tk, j = kr % m.tk;
+        br[c] = vb + j * m.dv + h * m.dvh;
+      }
+      DotTileT<R, C>(d, ar, br, m.dvh, st + c0 * tqp + i0, tqp, c_end - c0);
+    }
+  }
+}
+
+// The tiles of SummedScoresT for `rows` key rows and tq queries: R1 queries × C1 = K / R1
+// key rows over the first rows − rows % C1 key rows, then R2 × K / R2 over the rest (K =
+// Lanes(d); R1, R2 powers of two dividing the query lanes nt), for the least cost, each tile
+// costing max(K FMAs, R + C loads) per vector of the dot products. Neighbor-sum's 10 queries ×
+// 20 key rows on 16 lanes: 10 tiles of 2 × 8 and 3 of 4 × 4 (13, against 15 of one shape).
+struct SummedTiles {
+  int64_t r1 = 1, r2 = 1, split = 0;  // key rows [0, split) take R1, [split, rows) R2
+};
+template <class D>
+HWY_INLINE SummedTiles PlanSummedTiles(D d, int64_t tq, int64_t rows, int64_t nt) {
+  const int64_t K = LanesOf(d);
+  auto cost = [&](int64_t r, int64_t row_count, bool whole) {
+    const int64_t c = K / r, col_tiles = whole ? row_count / c : (row_count + c - 1) / c;
+    return (tq + r - 1) / r * col_tiles * std::max(K, r + c);
+  };
+  SummedTiles best;
+  int64_t best_cost = -1;
+  for (int64_t r1 = 1; r1 <= K && r1 <= nt; r1 *= 2) {
+    const int64_t split = rows - rows % (K / r1);
+    for (int64_t r2 = 1; r2 <= K && r2 <= nt; r2 *= 2) {
+      const int64_t c = cost(r1, split, true) + (split < rows ? cost(r2, rows - split, false) : 0);
+      if (best_cost < 0 || c < best_cost) best = {r1, r2, split}, best_cost = c;
+      if (split == rows) break;  // (no rest: r2 does not matter)
+    }
+  }
+  return best;
+}
+
+template <class D>
+HWY_INLINE void SummedScoresTiled(D d, int64_t r, const float* dyb, int64_t ldy, const float* vb,
+                                  const AttentionDims& m, int64_t h0, int64_t c_begin, int64_t c_end, float* st,
+                                  int64_t tqp) {
+  constexpr int K = static_cast<int>(hn::MaxLanes(D()));
+  if (c_end <= c_begin) return;
+  WithCount<16>(r, [&](auto rr) {
+    constexpr int RR = decltype(rr)::value;
+    if constexpr (RR <= K && K % RR == 0 && (RR & (RR - 1)) == 0)
+      SummedScoresT<RR, K / RR>(d, dyb, ldy, vb, m, h0, c_begin, c_end, st, tqp);
+  });
+}
+
 // Scratch of one call, on the stack.
 struct ShortScratch {
   HWY_ALIGN float rows_t[kMaxHeadDim * kMaxQueries];  // dyᵀ of the head, [dvh, tqp]
@@ -205,24 +349,47 @@ HWY_NOINLINE void ShortBackward(DT dt, DH dhd, const float* q, const float* k, c
   const int64_t tqp = (m.tq + N - 1) / N * N, tt = m.tq * m.tk;
   const auto vscale = hn::Set(dt, mk.scale);
   ShortScratch x;
+  // Head-summed (every head reads the one dy): dPᵀ of an entry's heads at once as dot
+  // products along the value columns (SummedScoresT) into summed_st, [heads·tk, tqp].
+  const bool summed = m.sum_heads && m.heads * m.tk <= kMaxSummedRows;
+  SummedTiles tiles;
+  int64_t tiles_rows = -1;  // the key rows `tiles` was planned for
+  HWY_ALIGN float summed_st[kMaxSummedRows * kMaxQueries];
+  if (summed)  // query lanes past tq: zeros, or the copies of the last query's values the tiles write
+    for (int64_t r = 0; r < m.heads * m.tk; ++r)
+      for (int64_t i = m.tq; i < tqp; ++i) summed_st[r * tqp + i] = 0.0f;
+  const int64_t ldy = m.y_row();  // (sum_heads: every head reads the one dy)
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t b = p / m.heads, h = p % m.heads;
     const float* qp = q + b * m.tq * m.d + h * m.dh;
     const float* kp = k + b * m.tk * m.d + h * m.dh;
     const float* vp = v + b * m.tk * m.dv + h * m.dvh;
-    const float* dyp = dy + b * m.tq * m.dv + h * m.dvh;
+    const float* dyp = dy + b * m.tq * ldy + h * m.y_head();
     // dPᵀ = V·dyᵀ; Pᵀ.
-    TransposeTile(dt, dyp, m.dv, m.tq, m.dvh, x.rows_t, tqp, tqp);
-    RowsTimesMatrix(dt, m.tk, tqp / N, vp, m.dv, 1, m.dvh, x.rows_t, tqp, x.st, tqp, false);
+    float* st = x.st;
+    if (summed) {
+      const int64_t h_first = b == p0 / m.heads ? p0 % m.heads : 0;  // the range's first head of entry b
+      if (h == h_first) {
+        const int64_t h_end = std::min<int64_t>(m.heads, h_first + (p1 - p)), rows = (h_end - h_first) * m.tk;
+        if (rows != tiles_rows) tiles = PlanSummedTiles(dhd, m.tq, rows, N), tiles_rows = rows;
+        const float* vb = v + b * m.tk * m.dv;
+        SummedScoresTiled(dhd, tiles.r1, dyp, ldy, vb, m, h_first, 0, tiles.split, summed_st, tqp);
+        SummedScoresTiled(dhd, tiles.r2, dyp, ldy, vb, m, h_first, tiles.split, rows, summed_st, tqp);
+      }
+      st = summed_st + (h - h_first) * m.tk * tqp;
+    } else {
+      TransposeTile(dt, dyp, ldy, m.tq, m.dvh, x.rows_t, tqp, tqp);
+      RowsTimesMatrix(dt, m.tk, tqp / N, vp, m.dv, 1, m.dvh, x.rows_t, tqp, x.st, tqp, false);
+    }
     TransposeTile(dt, probs + p * tt, m.tk, m.tq, m.tk, x.pt, tqp, tqp);
     // dS = scale·P⊙(dP − Σ_j dP⊙P), 0 where forbidden (as softmax_backward), per query lane.
     const uint8_t* forbidden = TransposedMask(m, mk, b, tqp, x.forbidden);
     for (int64_t u = 0; u < tqp; u += N) {
       auto vdot = hn::Zero(dt);
       for (int64_t j = 0; j < m.tk; ++j)
-        vdot = hn::MulAdd(hn::Load(dt, x.st + j * tqp + u), hn::Load(dt, x.pt + j * tqp + u), vdot);
+        vdot = hn::MulAdd(hn::Load(dt, st + j * tqp + u), hn::Load(dt, x.pt + j * tqp + u), vdot);
       for (int64_t j = 0; j < m.tk; ++j) {
-        float* ds = x.st + j * tqp + u;
+        float* ds = st + j * tqp + u;
         auto g = hn::Mul(hn::Mul(hn::Load(dt, x.pt + j * tqp + u), vscale), hn::Sub(hn::Load(dt, ds), vdot));
         if (forbidden) g = hn::IfThenZeroElse(LoadFlags(dt, forbidden + j * tqp + u, static_cast<size_t>(N)), g);
         hn::Store(g, dt, ds);
@@ -230,13 +397,13 @@ HWY_NOINLINE void ShortBackward(DT dt, DH dhd, const float* q, const float* k, c
     }
     // dQ = dS·K (coefficient (i, j) = st[j·tqp + i]), dK = dSᵀ·Q, dV = Pᵀ·dy.
     if (dq)
-      RowsTimesMatrix(dhd, m.tq, m.dh / NH, x.st, 1, tqp, m.tk, kp, m.d, dq + b * m.tq * m.d + h * m.dh,
+      RowsTimesMatrix(dhd, m.tq, m.dh / NH, st, 1, tqp, m.tk, kp, m.d, dq + b * m.tq * m.d + h * m.dh,
                       m.d, accumulate_q);
     if (dk)
-      RowsTimesMatrix(dhd, m.tk, m.dh / NH, x.st, tqp, 1, m.tq, qp, m.d, dk + b * m.tk * m.d + h * m.dh,
+      RowsTimesMatrix(dhd, m.tk, m.dh / NH, st, tqp, 1, m.tq, qp, m.d, dk + b * m.tk * m.d + h * m.dh,
                       m.d, accumulate_k);
     if (dv)
-      RowsTimesMatrix(dhd, m.tk, m.dvh / NH, x.pt, tqp, 1, m.tq, dyp, m.dv,
+      RowsTimesMatrix(dhd, m.tk, m.dvh / NH, x.pt, tqp, 1, m.tq, dyp, ldy,
                       dv + b * m.tk * m.dv + h * m.dvh, m.dv, accumulate_v);
   }
 }
@@ -259,11 +426,33 @@ HWY_NOINLINE void ShortScores(DT dt, const float* q, const float* k, float* scor
   }
 }
 
+template <class D>
+HWY_NOINLINE void SummedRows(D d, int64_t rows, int64_t vecs, const float* coef, int64_t hs, int64_t tk,
+                             int64_t heads, const float* const* vrows, const float* const* srows, int64_t scol,
+                             float* out, int64_t ldo, bool relu);
+
 template <class DH>
 HWY_NOINLINE void ShortValues(DH dhd, const float* probs, const float* v, float* y, const AttentionDims& m,
                               int64_t p0, int64_t p1) {
   const int64_t N = LanesOf(dhd), ldy = m.y_row();
   const auto zero = hn::Zero(dhd);
+  if (m.sum_heads && p0 % m.heads == 0 && p1 % m.heads == 0 && m.heads * m.tk <= kMaxSummedRows &&
+      m.tq <= kMaxQueries) {
+    // Whole batch entries: Σ_h P_h·V_h (+ y's contents with accumulate) in one chain of FMAs
+    // per output vector (SummedRows), instead of each head adding its product to y.
+    const float* vrows[kMaxSummedRows];
+    const float* yrows[kMaxQueries];
+    const int64_t tt = m.tq * m.tk;
+    for (int64_t b = p0 / m.heads; b < p1 / m.heads; ++b) {
+      for (int64_t h = 0; h < m.heads; ++h)
+        for (int64_t l = 0; l < m.tk; ++l) vrows[h * m.tk + l] = v + (b * m.tk + l) * m.dv + h * m.dvh;
+      float* yb = y + b * m.tq * ldy;
+      for (int64_t i = 0; i < m.tq; ++i) yrows[i] = yb + i * ldy;
+      SummedRows(dhd, m.tq, m.dvh / N, probs + b * m.heads * tt, tt, m.tk, m.heads, vrows,
+                 m.accumulate ? yrows : nullptr, 0, yb, ldy, m.relu);
+    }
+    return;
+  }
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t b = p / m.heads, h = p % m.heads;
     float* yp = y + b * m.tq * ldy + h * m.y_head();

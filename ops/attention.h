@@ -102,15 +102,19 @@ void attention_lanes_probs(const float* q, const float* k, float* probs, const A
 
 // How a whole attention forward over `batch` entries splits into work units: first one unit
 // per group of `lanes` entries (all their heads), then one per (batch, head) product of the
-// entries after the last whole group. The split depends only on the dims and the CPU, so a
+// entries after the last whole group (with sum_heads, one per entry: its heads add into the
+// same rows). The split depends only on the dims and the CPU, so a
 // batch entry is computed the same way whatever thread or range takes its unit.
 struct AttentionWork {
   int64_t lanes = 0;   // entries per group, 0: every unit is one product
   int64_t groups = 0;  // units [0, groups) are groups
   int64_t units = 0;   // all units
   int64_t heads = 1;
+  int64_t rest = 1;    // products per unit after the groups: 1, or heads (sum_heads: whole entries)
   // The first (batch, head) product of unit u: unit u covers [product(u), product(u + 1)).
-  int64_t product(int64_t u) const { return u < groups ? u * lanes * heads : groups * lanes * heads + (u - groups); }
+  int64_t product(int64_t u) const {
+    return u < groups ? u * lanes * heads : groups * lanes * heads + (u - groups) * rest;
+  }
 };
 AttentionWork attention_work(const AttentionDims& m, const AttentionMasking& mk, int64_t batch);
 

@@ -48,7 +48,7 @@ HWY_INLINE void RowsToLanes(const float* HWY_RESTRICT src, int64_t lds, int64_t 
 }
 
 HWY_INLINE bool Fits(const AttentionDims& m, const AttentionMasking& mk) {
-  return !mk.mask && !m.sum_heads && !m.relu && !m.ids && m.tk >= 1 && m.tk <= kRegisterKeys && m.tq >= 1 &&
+  return !mk.mask && !m.ids && m.tk >= 1 && m.tk <= kRegisterKeys && m.tq >= 1 &&
          m.tq <= kLanesMaxQueries && m.tq * m.tk >= 8 && m.dh >= 8 && m.dh % 8 == 0 && m.dh <= kLanesMaxHeadDim;
 }
 

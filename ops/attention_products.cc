@@ -124,15 +124,16 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
   // dK = dSᵀ·Q.
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t b = p / m.heads, h = p % m.heads;
-    const float* dy_p = dy ? dy + b * m.tq * m.dv + h * m.dvh : nullptr;
+    const int64_t ldy = m.y_row();  // (sum_heads: every head reads the one dy)
+    const float* dy_p = dy ? dy + b * m.tq * ldy + h * m.y_head() : nullptr;
     float* dS = dprobs + p * tt;
     // dP = dy·Vᵀ + the weights' own gradient.
     if (dy)
-      sgemm_slice(false, true, m.tq, m.tk, m.dvh, 1.0f, dy_p, m.dv, v + b * m.tk * m.dv + h * m.dvh,
+      sgemm_slice(false, true, m.tq, m.tk, m.dvh, 1.0f, dy_p, ldy, v + b * m.tk * m.dv + h * m.dvh,
                   m.dv, 0.0f, dS, m.tk, Slice{});
     if (dweights) axpy(1.0f, dweights + p * tt, dS, tt, /*accumulate=*/dy != nullptr, Slice{});
     if (dv && dy)
-      sgemm_slice(true, false, m.tk, m.dvh, m.tq, 1.0f, probs + p * tt, m.tk, dy_p, m.dv,
+      sgemm_slice(true, false, m.tk, m.dvh, m.tq, 1.0f, probs + p * tt, m.tk, dy_p, ldy,
                   accumulate_v ? 1.0f : 0.0f, dv + b * m.tk * m.dv + h * m.dvh, m.dv, Slice{});
     for_each_mask_run(m, mk, p, p + 1, [&](int64_t r0, int64_t r1, const SoftmaxMask& mask) {
       softmax_backward(probs + r0 * tt, dprobs + r0 * tt, dprobs + r0 * tt, r1 - r0, m.tq, m.tk,
@@ -152,7 +153,8 @@ AttentionWork attention_work(const AttentionDims& m, const AttentionMasking& mk,
   w.heads = m.heads;
   w.lanes = attention_lanes(m, mk);
   w.groups = w.lanes > 0 ? batch / w.lanes : 0;
-  w.units = w.groups + (batch - w.groups * w.lanes) * m.heads;
+  w.rest = m.sum_heads ? m.heads : 1;
+  w.units = w.groups + (batch - w.groups * w.lanes) * m.heads / w.rest;
   return w;
 }
 

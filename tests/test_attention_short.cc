@@ -54,7 +54,9 @@ struct Reference {
   std::vector<double> probs, dq, dk, dv;
 };
 
-Reference reference(const Data& x, int64_t B, float scale, bool causal) {
+// summed: every head reads the one output gradient dy [B, tq, dvh] (a head-summed attention,
+// AttentionDims::sum_heads).
+Reference reference(const Data& x, int64_t B, float scale, bool causal, bool summed = false) {
   const AttentionDims& m = x.m;
   Reference r;
   r.probs.assign(static_cast<size_t>(B * m.heads * m.tq * m.tk), 0);
@@ -66,7 +68,10 @@ Reference reference(const Data& x, int64_t B, float scale, bool causal) {
       auto Q = [&](int64_t i, int64_t c) { return double(x.q[size_t((b * m.tq + i) * m.d + h * m.dh + c)]); };
       auto K = [&](int64_t j, int64_t c) { return double(x.k[size_t((b * m.tk + j) * m.d + h * m.dh + c)]); };
       auto V = [&](int64_t j, int64_t c) { return double(x.v[size_t((b * m.tk + j) * m.dv + h * m.dvh + c)]); };
-      auto DY = [&](int64_t i, int64_t c) { return double(x.dy[size_t((b * m.tq + i) * m.dv + h * m.dvh + c)]); };
+      auto DY = [&](int64_t i, int64_t c) {
+        return summed ? double(x.dy[size_t((b * m.tq + i) * m.dvh + c)])
+                      : double(x.dy[size_t((b * m.tq + i) * m.dv + h * m.dvh + c)]);
+      };
       auto forbidden = [&](int64_t i, int64_t j) {
         return (causal && j > i) || (!x.mask.empty() && x.mask[size_t((b * m.tq + i) * m.tk + j)] != 0);
       };
@@ -209,6 +214,68 @@ TEST_CASE("short attention backward matches a double reference") {
   });
 }
 
+// The training form of Graph::fold_attention_values with several heads: y = Σ_h P_h·V_h, so
+// every head's output gradient is the one dy [B, tq, dvh]. The short path computes an entry's
+// dPᵀ of all heads as dot products along the value columns; ranges that start or end inside
+// a batch entry, ragged query and key counts for the dot tiles, masks, accumulate, and the
+// general path (attention_backward outside the short path's dims) on every target.
+TEST_CASE("head-summed attention backward matches a double reference") {
+  test::for_each_simd_target([](const std::string&) {
+    Rng rng(15);
+    const Case cases[] = {
+        {4, 2, 10, 10, 16, 128, 0},  // neighbor-sum folded: 2 heads of 16, values 128 wide
+        {3, 4, 10, 10, 16, 40, 0}, {3, 4, 10, 10, 16, 32, 2}, {3, 4, 10, 10, 16, 40, 2},   // 4 heads, 8-lane value rows on AVX-512, causal
+        {3, 2, 7, 13, 16, 32, 3},    // cross-attention, both masks
+        {2, 3, 9, 5, 8, 64, 1},      // 15 key rows, 9 queries
+        {2, 2, 17, 9, 16, 16, 0},    // 17 queries
+        {2, 2, 1, 1, 16, 16, 0},     // one token
+        {2, 3, 10, 10, 8, 200, 0},   // too wide for the short path
+        {2, 2, 20, 20, 16, 48, 2},   // 40 key rows
+        {2, 4, 20, 20, 16, 32, 0},   // 80 key rows: more than the dot scores take
+    };
+    for (const Case& c : cases)
+      for (bool acc : {false, true}) {
+        INFO("b " << c.b << " h " << c.h << " tq " << c.tq << " tk " << c.tk << " dh " << c.dh << " dvh " << c.dvh
+                  << " mask " << c.mask << (acc ? " accumulate" : ""));
+        Data x = make(c, rng);
+        x.m.sum_heads = true;
+        x.dy.resize(static_cast<size_t>(c.b * c.tq * c.dvh));
+        const bool causal = (c.mask & 2) != 0;
+        const float scale = 1.0f / std::sqrt(static_cast<float>(c.dh));
+        const AttentionMasking mk{scale, x.mask.empty() ? nullptr : x.mask.data(), causal};
+        const Reference want = reference(x, c.b, scale, causal, /*summed=*/true);
+        std::vector<float> probs(want.probs.begin(), want.probs.end());
+        std::vector<float> base_q, base_k, base_v;
+        if (acc)
+          for (auto* v : {&base_q, &base_k, &base_v}) {
+            v->resize(v == &base_v ? want.dv.size() : v == &base_k ? want.dk.size() : want.dq.size());
+            for (auto& e : *v) e = static_cast<float>(rng.normal());
+          }
+        std::vector<float> dq = acc ? base_q : std::vector<float>(want.dq.size(), NAN);
+        std::vector<float> dk = acc ? base_k : std::vector<float>(want.dk.size(), NAN);
+        std::vector<float> dv = acc ? base_v : std::vector<float>(want.dv.size(), NAN);
+        std::vector<float> dprobs(probs.size());
+        // Three ranges, the first ending inside batch entry 0 (after its first head).
+        const int64_t products = c.b * c.h, cuts[] = {0, 1, products / 2 + 1, products};
+        for (int r = 0; r < 3; ++r)
+          attention_backward(x.q.data(), x.k.data(), x.v.data(), probs.data(), x.dy.data(), nullptr, dprobs.data(),
+                             dq.data(), dk.data(), dv.data(), acc, acc, acc, x.m, mk, cuts[r], cuts[r + 1]);
+        require_close(dq.data(), want.dq, base_q, "dq");
+        require_close(dk.data(), want.dk, base_k, "dk");
+        require_close(dv.data(), want.dv, base_v, "dv");
+        // One range gives the same bits (each entry's dot products depend only on the dims).
+        std::vector<float> dq1 = acc ? base_q : std::vector<float>(want.dq.size(), NAN);
+        std::vector<float> dk1 = acc ? base_k : std::vector<float>(want.dk.size(), NAN);
+        std::vector<float> dv1 = acc ? base_v : std::vector<float>(want.dv.size(), NAN);
+        attention_backward(x.q.data(), x.k.data(), x.v.data(), probs.data(), x.dy.data(), nullptr, dprobs.data(),
+                           dq1.data(), dk1.data(), dv1.data(), acc, acc, acc, x.m, mk, 0, products);
+        REQUIRE(std::memcmp(dq1.data(), dq.data(), dq.size() * 4) == 0);
+        REQUIRE(std::memcmp(dk1.data(), dk.data(), dk.size() * 4) == 0);
+        REQUIRE(std::memcmp(dv1.data(), dv.data(), dv.size() * 4) == 0);
+      }
+  });
+}
+
 TEST_CASE("short attention forward products match a double reference") {
   test::for_each_simd_target([](const std::string& target) {
     Rng rng(12);
@@ -338,11 +405,15 @@ TEST_CASE("attention forward with batch entries as lanes matches the short path 
     };
     for (Case c : cases) {
       c.b = 2 * std::max<int64_t>(n, 1) + 3;
-      for (bool acc : {false, true}) {
+      // mode bit 0: accumulate; bit 1: heads summed (the training value fold) and ReLU'd.
+      for (int mode = 0; mode < 4; ++mode) {
+        const bool acc = (mode & 1) != 0, summed = (mode & 2) != 0;
         INFO("b " << c.b << " h " << c.h << " tq " << c.tq << " tk " << c.tk << " dh " << c.dh << " dvh " << c.dvh
-                  << " causal " << (c.mask != 0) << " accumulate " << acc);
+                  << " causal " << (c.mask != 0) << " accumulate " << acc << " summed " << summed);
         Data x = make(c, rng);
         x.m.accumulate = acc;
+        x.m.sum_heads = x.m.relu = summed;
+        const int64_t ldy = x.m.y_row();
         const bool causal = c.mask != 0;
         const float scale = 1.0f / std::sqrt(static_cast<float>(c.dh));
         const AttentionMasking mk{scale, nullptr, causal};
@@ -351,10 +422,11 @@ TEST_CASE("attention forward with batch entries as lanes matches the short path 
         const bool fits = transposes && c.tk <= (n >= 16 ? 16 : 12);
         REQUIRE(w.lanes == (fits ? n : 0));
         REQUIRE(w.groups == (fits ? 2 : 0));
-        REQUIRE(w.units == (fits ? 2 + 3 * c.h : c.b * c.h));
+        const int64_t per_unit = summed ? c.h : 1;  // summed: the entries after the groups are whole units
+        REQUIRE(w.units == (fits ? 2 + 3 * c.h / per_unit : c.b * c.h / per_unit));
         REQUIRE(w.product(w.units) == c.b * c.h);
         const int64_t products = c.b * c.h, tt = c.tq * c.tk;
-        std::vector<float> base_y(static_cast<size_t>(c.b * c.tq * x.m.dv));
+        std::vector<float> base_y(static_cast<size_t>(c.b * c.tq * ldy));
         for (auto& e : base_y) e = static_cast<float>(rng.normal());
         // The short path, product by product: the bits to match.
         std::vector<float> probs0(static_cast<size_t>(products * tt), NAN), y0 = acc ? base_y : std::vector<float>(base_y.size(), NAN);
@@ -365,13 +437,14 @@ TEST_CASE("attention forward with batch entries as lanes matches the short path 
         }
         for (int64_t b = 0; b < c.b; ++b)
           for (int64_t i = 0; i < c.tq; ++i)
-            for (int64_t e = 0; e < x.m.dv; ++e) {
-              const int64_t h = e / c.dvh;
-              const size_t at = size_t((b * c.tq + i) * x.m.dv + e);
+            for (int64_t e = 0; e < ldy; ++e) {
+              const size_t at = size_t((b * c.tq + i) * ldy + e);
               double want_y = acc ? base_y[at] : 0.0;
-              for (int64_t j = 0; j < c.tk; ++j)
-                want_y += want.probs[size_t(((b * c.h + h) * c.tq + i) * c.tk + j)] *
-                          x.v[size_t((b * c.tk + j) * x.m.dv + e)];
+              for (int64_t h = summed ? 0 : e / c.dvh; h <= (summed ? c.h - 1 : e / c.dvh); ++h)
+                for (int64_t j = 0; j < c.tk; ++j)
+                  want_y += want.probs[size_t(((b * c.h + h) * c.tq + i) * c.tk + j)] *
+                            x.v[size_t((b * c.tk + j) * x.m.dv + (summed ? h * c.dvh + e : e))];
+              if (summed) want_y = std::max(want_y, 0.0);
               INFO("y " << b << " " << i << " " << e);
               REQUIRE(std::abs(y0[at] - want_y) <= 2e-5 + 2e-5 * std::abs(want_y));
             }
