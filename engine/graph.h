@@ -212,10 +212,10 @@ class Graph {
   //   V_h head h's value columns and W_h the same rows of W, becomes Σ_h P_h·(V_h·W_h + [h = 0]·b)
   //   (softmax rows sum to 1) when V is a foldable lookup and that costs fewer products: the
   //   values [V_0·W_0 + b | V_1·W_1 | …] are then a lookup of projected tables, the product
-  //   disappears, and the attention adds up its heads' outputs (attrs.sum_heads);
-  // In training graphs (backward_from) only one-head attentions fold (heads_summed = false):
-  // a head-summed attention has no backward.
-  void fold_attention_values(bool heads_summed = true);
+  //   disappears, and the attention adds up its heads' outputs (attrs.sum_heads). Training
+  //   graphs (backward_from) fold it too: a head-summed attention's backward gives every head
+  //   the one output gradient.
+  void fold_attention_values();
   void fold_lookup_addends();
   void fuse_residual_relu();
   // - relu(y + r) (or y + r) with y a folded attention's output (sum_heads, or one head) and r

@@ -1,7 +1,7 @@
 // The graph rewrites, all in one place. backward() runs them around differentiation:
 //   before: optimize_forward (folds projections of embedding lookups into the tables),
 //           remove_dead_forward_nodes (drops forward nodes nothing kept or differentiated reads)
-//           and fold_attention_values (one-head (P·V)·W + b → P·(V·W + b), V·W on the tables);
+//           and fold_attention_values ((P·V)·W + b → Σ_h P_h·(V_h·W_h) + b, V_h·W_h on the tables);
 //   after:  fuse_elementwise (ReLUs and residual sums into the products next to them).
 // Each pass matches only the op patterns it names and leaves every other node as it is, so
 // graphs of primitive ops (engine/functional.h) stay correct through all of them.
@@ -113,7 +113,7 @@ void erase_dead(std::vector<Node>& nodes, const std::vector<bool>& dead) {
 
 }  // namespace
 
-void Graph::fold_attention_values(bool heads_summed) {
+void Graph::fold_attention_values() {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node lin = nodes_[i];  // copies: the pass appends nodes
     if (lin.op != OpKind::kLinear || lin.in.size() != 3 || lin.attrs.relu || lin.accumulate != 0) continue;
@@ -131,7 +131,6 @@ void Graph::fold_attention_values(bool heads_summed) {
     // Products per query row, per head h (dv its value columns, W_h those rows of W): before,
     // H·Tk·dv + H·dv·N; after, Σ_h P_h·(V_h·W_h): H·Tk·N, plus H·N adding up the heads.
     const int64_t heads = att.attrs.heads;
-    if (heads > 1 && !heads_summed) continue;
     const int64_t tk = tensor(v).shape[1], dv = tensor(v).shape[2] / heads, n = tensor(w).shape[1];
     if (heads * tk * n + (heads > 1 ? heads * n : 0) >= heads * tk * dv + heads * dv * n) continue;
     if (folded_rows(*this, v, 0) >= tensor(v).shape.rows()) continue;

@@ -16,10 +16,10 @@ struct AttentionDims {
   int64_t heads = 1, tq = 0, tk = 0;
   int64_t d = 0, dv = 0;    // row widths of q/k and of v/y (all heads)
   int64_t dh = 0, dvh = 0;  // per head: d / heads, dv / heads
-  // Forward only (inference graphs, see Graph::fold_attention_values): sum_heads: y is
-  // [B, tq, dvh], the sum of the heads' outputs (a range of products then covers whole batch
-  // entries); accumulate: y's contents are added to; relu: max(·, 0) once a block of y has
-  // its last contribution. dh and dvh may differ.
+  // Graph::fold_attention_values: sum_heads: y is [B, tq, dvh], the sum of the heads' outputs
+  // (a forward range of products then covers whole batch entries; the backward's dy is that
+  // [B, tq, dvh] gradient, every head's); forward only: accumulate: y's contents are added
+  // to; relu: max(·, 0) once a block of y has its last contribution. dh and dvh may differ.
   bool sum_heads = false, accumulate = false, relu = false;
   // Indexed (inference, Graph::index_attention_lookups): q, k, v are tables [V, T, d or dv]
   // with T = tq = tk, and row t of batch entry b is row ids[b·T + t]·T + t of each; start
