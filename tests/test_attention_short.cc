@@ -106,6 +106,24 @@ Reference reference(const Data& x, int64_t B, float scale, bool causal, bool sum
   return r;
 }
 
+// Gradient buffers to write into: with accumulate, random contents they are added to (also
+// kept as base_*), else NaNs that every written value replaces.
+struct Grads {
+  std::vector<float> base_q, base_k, base_v, dq, dk, dv;
+};
+Grads start_grads(const Reference& want, bool acc, Rng& rng) {
+  Grads g;
+  if (acc)
+    for (auto* v : {&g.base_q, &g.base_k, &g.base_v}) {
+      v->resize(v == &g.base_v ? want.dv.size() : v == &g.base_k ? want.dk.size() : want.dq.size());
+      for (auto& e : *v) e = static_cast<float>(rng.normal());
+    }
+  g.dq = acc ? g.base_q : std::vector<float>(want.dq.size(), NAN);
+  g.dk = acc ? g.base_k : std::vector<float>(want.dk.size(), NAN);
+  g.dv = acc ? g.base_v : std::vector<float>(want.dv.size(), NAN);
+  return g;
+}
+
 void require_close(const float* got, const std::vector<double>& want, const std::vector<float>& base,
                    const char* what) {
   for (size_t i = 0; i < want.size(); ++i) {
@@ -183,15 +201,8 @@ TEST_CASE("short attention backward matches a double reference") {
           continue;
         }
         // Accumulate: the gradients are added to what is there.
-        std::vector<float> base_q, base_k, base_v;
-        if (acc)
-          for (auto* v : {&base_q, &base_k, &base_v}) {
-            v->resize(v == &base_v ? want.dv.size() : v == &base_k ? want.dk.size() : want.dq.size());
-            for (auto& e : *v) e = static_cast<float>(rng.normal());
-          }
-        std::vector<float> dq = acc ? base_q : std::vector<float>(want.dq.size(), NAN);
-        std::vector<float> dk = acc ? base_k : std::vector<float>(want.dk.size(), NAN);
-        std::vector<float> dv = acc ? base_v : std::vector<float>(want.dv.size(), NAN);
+        const Grads g = start_grads(want, acc, rng);
+        std::vector<float> dq = g.dq, dk = g.dk, dv = g.dv;
         // Two ranges of products: results must not depend on the split.
         REQUIRE(attention_short_backward(x.q.data(), x.k.data(), x.v.data(), probs.data(), x.dy.data(),
                                          dq.data(), dk.data(), dv.data(), acc, acc, acc, x.m, mk, 0,
@@ -199,12 +210,12 @@ TEST_CASE("short attention backward matches a double reference") {
         REQUIRE(attention_short_backward(x.q.data(), x.k.data(), x.v.data(), probs.data(), x.dy.data(),
                                          dq.data(), dk.data(), dv.data(), acc, acc, acc, x.m, mk,
                                          products / 2, products));
-        require_close(dq.data(), want.dq, base_q, "dq");
-        require_close(dk.data(), want.dk, base_k, "dk");
-        require_close(dv.data(), want.dv, base_v, "dv");
+        require_close(dq.data(), want.dq, g.base_q, "dq");
+        require_close(dk.data(), want.dk, g.base_k, "dk");
+        require_close(dv.data(), want.dv, g.base_v, "dv");
         // Absent gradients are skipped; the others come out bitwise the same.
         std::vector<float> dk2(want.dk.size(), NAN);
-        if (acc) dk2 = base_k;
+        if (acc) dk2 = g.base_k;
         REQUIRE(attention_short_backward(x.q.data(), x.k.data(), x.v.data(), probs.data(), x.dy.data(),
                                          nullptr, dk2.data(), nullptr, acc, acc, acc, x.m, mk, 0,
                                          products));
@@ -245,28 +256,19 @@ TEST_CASE("head-summed attention backward matches a double reference") {
         const AttentionMasking mk{scale, x.mask.empty() ? nullptr : x.mask.data(), causal};
         const Reference want = reference(x, c.b, scale, causal, /*summed=*/true);
         std::vector<float> probs(want.probs.begin(), want.probs.end());
-        std::vector<float> base_q, base_k, base_v;
-        if (acc)
-          for (auto* v : {&base_q, &base_k, &base_v}) {
-            v->resize(v == &base_v ? want.dv.size() : v == &base_k ? want.dk.size() : want.dq.size());
-            for (auto& e : *v) e = static_cast<float>(rng.normal());
-          }
-        std::vector<float> dq = acc ? base_q : std::vector<float>(want.dq.size(), NAN);
-        std::vector<float> dk = acc ? base_k : std::vector<float>(want.dk.size(), NAN);
-        std::vector<float> dv = acc ? base_v : std::vector<float>(want.dv.size(), NAN);
+        const Grads g = start_grads(want, acc, rng);
+        std::vector<float> dq = g.dq, dk = g.dk, dv = g.dv;
         std::vector<float> dprobs(probs.size());
         // Three ranges, the first ending inside batch entry 0 (after its first head).
         const int64_t products = c.b * c.h, cuts[] = {0, 1, products / 2 + 1, products};
         for (int r = 0; r < 3; ++r)
           attention_backward(x.q.data(), x.k.data(), x.v.data(), probs.data(), x.dy.data(), nullptr, dprobs.data(),
                              dq.data(), dk.data(), dv.data(), acc, acc, acc, x.m, mk, cuts[r], cuts[r + 1]);
-        require_close(dq.data(), want.dq, base_q, "dq");
-        require_close(dk.data(), want.dk, base_k, "dk");
-        require_close(dv.data(), want.dv, base_v, "dv");
+        require_close(dq.data(), want.dq, g.base_q, "dq");
+        require_close(dk.data(), want.dk, g.base_k, "dk");
+        require_close(dv.data(), want.dv, g.base_v, "dv");
         // One range gives the same bits (each entry's dot products depend only on the dims).
-        std::vector<float> dq1 = acc ? base_q : std::vector<float>(want.dq.size(), NAN);
-        std::vector<float> dk1 = acc ? base_k : std::vector<float>(want.dk.size(), NAN);
-        std::vector<float> dv1 = acc ? base_v : std::vector<float>(want.dv.size(), NAN);
+        std::vector<float> dq1 = g.dq, dk1 = g.dk, dv1 = g.dv;
         attention_backward(x.q.data(), x.k.data(), x.v.data(), probs.data(), x.dy.data(), nullptr, dprobs.data(),
                            dq1.data(), dk1.data(), dv1.data(), acc, acc, acc, x.m, mk, 0, products);
         REQUIRE(std::memcmp(dq1.data(), dq.data(), dq.size() * 4) == 0);
