@@ -81,7 +81,7 @@ void Graph::backward_from(Tensor loss, Tensor dy) {
   if (dy.valid()) tensor(dy.id()).keep = true;  // read by the backward nodes, not by the forward
   if (fold_embedding_projections_) optimize_forward(loss.id());
   remove_dead_forward_nodes(loss.id());
-  if (fold_embedding_projections_) {  // (P·V)·W + b → P·(V·W + b) with V·W on the tables
+  if (fold_embedding_projections_) {  // (P·V)·W + b → Σ_h P_h·(V_h·W_h) + b with V_h·W_h on the tables
     fold_attention_values();
     remove_dead_forward_nodes(loss.id());
   }

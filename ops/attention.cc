@@ -23,6 +23,17 @@
 
 #include "ops/softmax.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define ATTNKIT_ASAN_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ATTNKIT_ASAN_BUILD 1
+#endif
+#endif
+#ifndef ATTNKIT_ASAN_BUILD
+#define ATTNKIT_ASAN_BUILD 0
+#endif
+
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/attention.cc"
 #include "hwy/foreach_target.h"  // before highway.h
@@ -53,9 +64,11 @@ HWY_INLINE int64_t LanesOf(D d) {
 
 // Makes the compiler hold v in a register: an operand loaded once and read by several FMAs
 // would otherwise be folded into each of them as a memory operand (one load per FMA).
+// Only x86 SIMD targets (EMU128's and SCALAR's vectors are not registers), and not in
+// AddressSanitizer builds (clang keeps such locals in memory there and rejects the operand).
 template <class V>
 HWY_INLINE void KeepInRegister(V& v) {
-#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSSE3 && !ATTNKIT_ASAN_BUILD
   asm("" : "+v"(v.raw));
 #else
   (void)v;
