@@ -10,6 +10,10 @@
 //   dV = Pᵀ·dy    rows = keys,    coefficients = Pᵀ rows,     matrix = dy rows
 // Rows are computed R at a time for independent FMA chains; each row's accumulation runs over
 // the same sequence of operations for any R, so results do not depend on the blocking.
+// Head-summed attentions (AttentionDims::sum_heads: the training value fold, one dy for all
+// heads, values up to 128 columns wide per head) get dPᵀ of all of an entry's heads from dot
+// products along the value columns instead (SummedScoresT): dy and V read as rows, no
+// transpose of dy and no broadcast per FMA.
 // Sequence lanes and head-dim lanes each take the full vector or 8 lanes, whichever pads less
 // (see UseFull), so T = 8 and head sizes of 8, 24, 40 stay on this path on 16-lane AVX-512.
 // The forward pass keeps the GEMM path: its scores and softmax vectorize short rows across
