@@ -161,7 +161,10 @@ TEST_CASE("a group of 2 or 3 ranks gives the single process's losses at the same
         REQUIRE(r.finished);
         require_close(r.losses, alone[0].losses, 1e-5);
         REQUIRE(r.params == group[0].params);  // every rank holds the same parameters, bit for bit
-        REQUIRE(r.accuracy == alone[0].accuracy);
+        // The group sums its gradients in another order than one process (the losses agree
+        // within require_close's tolerance, not bitwise), so a near-tied prediction of these
+        // barely trained models may flip: the validation accuracies agree within 1%.
+        REQUIRE(std::abs(r.accuracy - alone[0].accuracy) <= 0.01);
       }
     }
   }
