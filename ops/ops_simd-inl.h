@@ -137,6 +137,18 @@ HWY_INLINE hn::Mask<D> LoadFlags(D d, const uint8_t* p, size_t n) {
 #endif
 
 #if ATTNKIT_HAVE_TRANSPOSE8
+// f(j) for the 8-column blocks j = 0, 8, 16, … of cols >= 8 columns; a ragged last block is
+// moved back to end at cols, overlapping the one before it (its columns are written twice,
+// with the same values).
+template <class F>
+HWY_INLINE void ForEachBlockOf8(int64_t cols, const F& f) {
+  for (int64_t j = 0;; j += 8) {
+    j = j < cols - 8 ? j : cols - 8;
+    f(j);
+    if (j + 8 >= cols) break;
+  }
+}
+
 // 8 × 8 float block transposed in registers: dst[c·ldd + r] = src[r·lds + c]. Gathers are slow
 // on AMD (Zen 3: one 8-lane gather costs about as much as this whole transpose), so blocks of
 // 8 short rows move between row-major and one-row-per-lane layouts through these.
@@ -179,11 +191,7 @@ HWY_INLINE void TransposeOverlapping8(const float* HWY_RESTRICT src, int64_t lds
                                       float* HWY_RESTRICT dst, int64_t ldd) {
   for (int64_t r0 = 0;; r0 += 8) {
     r0 = r0 < rows - 8 ? r0 : rows - 8;
-    for (int64_t c0 = 0;; c0 += 8) {
-      c0 = c0 < cols - 8 ? c0 : cols - 8;
-      TransposeBlock8x8(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
-      if (c0 + 8 >= cols) break;
-    }
+    ForEachBlockOf8(cols, [&](int64_t c0) { TransposeBlock8x8(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd); });
     if (r0 + 8 >= rows) break;
   }
 }
@@ -192,21 +200,13 @@ HWY_INLINE void TransposeOverlapping8(const float* HWY_RESTRICT src, int64_t lds
 // ragged last block of columns overlaps the one before it and rewrites the same values.
 HWY_INLINE void TransposeRowsToLanes8(const float* HWY_RESTRICT src, int64_t lds, int64_t cols,
                                       float* HWY_RESTRICT dst, int64_t ldd) {
-  for (int64_t j = 0;; j += 8) {
-    j = j < cols - 8 ? j : cols - 8;
-    TransposeBlock8x8(src + j, lds, dst + j * ldd, ldd);
-    if (j + 8 >= cols) break;
-  }
+  ForEachBlockOf8(cols, [&](int64_t j) { TransposeBlock8x8(src + j, lds, dst + j * ldd, ldd); });
 }
 
 // The inverse: dst[l·ldd + j] = src[j·lds + l] for 8 rows l of cols >= 8 floats.
 HWY_INLINE void TransposeLanesToRows8(const float* HWY_RESTRICT src, int64_t lds, int64_t cols,
                                       float* HWY_RESTRICT dst, int64_t ldd) {
-  for (int64_t j = 0;; j += 8) {
-    j = j < cols - 8 ? j : cols - 8;
-    TransposeBlock8x8(src + j * lds, lds, dst + j, ldd);
-    if (j + 8 >= cols) break;
-  }
+  ForEachBlockOf8(cols, [&](int64_t j) { TransposeBlock8x8(src + j * lds, lds, dst + j, ldd); });
 }
 #endif
 
@@ -221,8 +221,7 @@ HWY_INLINE void BlockRowsToLanes(const float* HWY_RESTRICT src, int64_t lds, int
     // 16-lane loads, which do not forward from two 8-lane stores.
     const hn::Full512<float> d16;
     const hn::Full256<float> d8;
-    for (int64_t j = 0;; j += 8) {
-      j = j < cols - 8 ? j : cols - 8;
+    ForEachBlockOf8(cols, [&](int64_t j) {
       V8 lo[8], hi[8], tlo[8], thi[8];
       for (int l = 0; l < 8; ++l) {
         lo[l] = hn::LoadU(d8, src + l * lds + j);
@@ -231,8 +230,7 @@ HWY_INLINE void BlockRowsToLanes(const float* HWY_RESTRICT src, int64_t lds, int
       Transpose8x8(lo, tlo);
       Transpose8x8(hi, thi);
       for (int c = 0; c < 8; ++c) hn::StoreU(hn::Combine(d16, thi[c], tlo[c]), d16, dst + (j + c) * 16);
-      if (j + 8 >= cols) break;
-    }
+    });
     return;
   }
 #endif
@@ -253,8 +251,7 @@ HWY_INLINE void BlockLanesToRows(const float* HWY_RESTRICT src, int64_t n, int64
     // 16-lane stores, and 8-lane loads of their upper halves do not forward from them.
     const hn::Full512<float> d16;
     const hn::Full256<float> d8;
-    for (int64_t j = 0;; j += 8) {
-      j = j < cols - 8 ? j : cols - 8;
+    ForEachBlockOf8(cols, [&](int64_t j) {
       V8 lo[8], hi[8], out[8];
       for (int c = 0; c < 8; ++c) {
         const auto v = hn::LoadU(d16, src + (j + c) * 16);
@@ -265,8 +262,7 @@ HWY_INLINE void BlockLanesToRows(const float* HWY_RESTRICT src, int64_t n, int64
       for (int l = 0; l < 8; ++l) hn::StoreU(out[l], d8, dst + l * ldd + j);
       Transpose8x8(hi, out);
       for (int l = 0; l < 8; ++l) hn::StoreU(out[l], d8, dst + (8 + l) * ldd + j);
-      if (j + 8 >= cols) break;
-    }
+    });
     return;
   }
 #endif
