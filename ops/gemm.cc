@@ -14,14 +14,17 @@ namespace attnkit::HWY_NAMESPACE {
 // Products [p0, p1) of a batch, each computed whole (block rows [i0, i1), all columns).
 void GemmProductsTarget(const gemm_detail::GemmArgs& g, const GemmBatch& batch, int64_t p0,
                         int64_t p1, int64_t i0, int64_t i1) {
-  for (int64_t p = p0; p < p1; ++p) {
-    const int64_t bi = p / batch.heads, hi = p % batch.heads;
-    gemm_detail::GemmArgs gp = g;
-    gp.a = g.a + bi * batch.a_batch + hi * batch.a_head;
-    gp.b = g.b + bi * batch.b_batch + hi * batch.b_head;
-    gp.c = g.c + bi * batch.c_batch + hi * batch.c_head;
-    GemmBlock(gp, i0, i1, 0, g.n);
-  }
+  const gemm_detail::ProductSpan span{p0,          p1,          batch.heads,   batch.a_batch,
+                                      batch.a_head, batch.b_batch, batch.b_head, batch.c_batch,
+                                      batch.c_head};
+#if ATTNKIT_HAVE_SMALL_GEMM
+  // Small products (the attention's): the path chosen once for all of them, as GemmBlock
+  // would choose it for each (the same tiles, the same values).
+  if (!gemm_detail::use_packed_path(g.m, g.n, g.k, g.trans_b) &&
+      !gemm_detail::use_short_k_path(g.m, g.n, g.k) && UseSmallPath(g, i0, i1, 0, g.n))
+    return GemmSmall(g, i0, i1, 0, g.n, span);
+#endif
+  span.for_each(g, [&](const gemm_detail::GemmArgs& gp) { GemmBlock(gp, i0, i1, 0, g.n); });
 }
 
 void GemmBlockTarget(const gemm_detail::GemmArgs& g, int64_t i0, int64_t i1, int64_t j0,

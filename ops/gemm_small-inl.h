@@ -238,10 +238,12 @@ HWY_INLINE void SmallTileNT(D d, const GemmArgs& g, int64_t i, int64_t j, int64_
 
 // Rows [i0, i1) in tiles of at most kMax rows, as even as possible (which tile a row falls in
 // changes none of its values).
+// Every product of `span` (same shape, its own operands), inside the dispatch on the row
+// count: a batch of small products resolves the path once, not per product.
 template <class D, int NV, bool kTransA, bool kTransB, bool kFull = false, bool kBias = false,
           bool kEpilogue = false>
 HWY_INLINE void SmallRows(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64_t j,
-                          int64_t cols) {
+                          int64_t cols, const ProductSpan& span) {
   constexpr int kMax = static_cast<int>(NV == 1 ? kSmallRows1 : NV == 2 ? kSmallRows2 : kSmallRows4);
   const int64_t m = i1 - i0, tiles = (m + kMax - 1) / kMax;
   // The first m % tiles tiles one row taller (one division per block, none for one tile).
@@ -251,11 +253,13 @@ HWY_INLINE void SmallRows(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64_
     const int64_t rows = base + (t < taller ? 1 : 0);
     WithCount<kMax>(rows, [&](auto r_tag) {
       constexpr int R = decltype(r_tag)::value;
-      if constexpr (kTransB) {
-        SmallTileNT<D, R, kTransA>(d, g, i, j, cols);
-      } else {
-        SmallTileNN<D, R, NV, kTransA, kFull, kBias, kEpilogue>(d, g, i, j, cols);
-      }
+      span.for_each(g, [&](const GemmArgs& gp) {
+        if constexpr (kTransB) {
+          SmallTileNT<D, R, kTransA>(d, gp, i, j, cols);
+        } else {
+          SmallTileNN<D, R, NV, kTransA, kFull, kBias, kEpilogue>(d, gp, i, j, cols);
+        }
+      });
     });
     i += rows;
   }
@@ -263,10 +267,10 @@ HWY_INLINE void SmallRows(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64_
 
 template <class D, int NV>
 HWY_INLINE void SmallBlock(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64_t j,
-                           int64_t cols) {
+                           int64_t cols, const ProductSpan& span) {
   if (g.trans_b) {  // (no bias, no epilogue: see UseSmallPath)
     if constexpr (NV == 1) {
-      WithFlag(g.trans_a, [&](auto ta) { SmallRows<D, 1, decltype(ta)::value, true>(d, g, i0, i1, j, cols); });
+      WithFlag(g.trans_a, [&](auto ta) { SmallRows<D, 1, decltype(ta)::value, true>(d, g, i0, i1, j, cols, span); });
     }
     return;
   }
@@ -278,27 +282,28 @@ HWY_INLINE void SmallBlock(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64
       WithFlag(g.bias != nullptr, [&](auto b) {
         WithFlag(g.has_epilogue(), [&](auto e) {
           SmallRows<D, NV, decltype(ta)::value, false, decltype(f)::value, decltype(b)::value, decltype(e)::value>(
-              d, g, i0, i1, j, cols);
+              d, g, i0, i1, j, cols, span);
         });
       });
     });
   });
 }
 
-// C[i0..i1, j0..j1] of g on the small path (UseSmallPath said so): 256-bit vectors for at
-// most 8 columns (twice the FMAs per cycle of 512-bit ones where those are split in two, as
-// on Zen 4), else one or two full vectors.
-inline void GemmSmall(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+// C[i0..i1, j0..j1] of g on the small path (UseSmallPath said so), for every product of
+// span: 256-bit vectors for at most 8 columns (twice the FMAs per cycle of 512-bit ones where
+// those are split in two, as on Zen 4), else one or two full vectors.
+inline void GemmSmall(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                      const ProductSpan& span = ProductSpan{}) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d)), cols = j1 - j0;
   if (cols <= 8 && lanes > 8) {
-    SmallBlock<hn::Full256<float>, 1>(hn::Full256<float>(), g, i0, i1, j0, cols);
+    SmallBlock<hn::Full256<float>, 1>(hn::Full256<float>(), g, i0, i1, j0, cols, span);
   } else if (cols <= lanes) {
-    SmallBlock<DF, 1>(d, g, i0, i1, j0, cols);
+    SmallBlock<DF, 1>(d, g, i0, i1, j0, cols, span);
   } else if (cols <= 2 * lanes) {
-    SmallBlock<DF, 2>(d, g, i0, i1, j0, cols);
+    SmallBlock<DF, 2>(d, g, i0, i1, j0, cols, span);
   } else {  // four whole vectors: GemmDirect's short-k blocks (B not transposed)
-    SmallBlock<DF, 4>(d, g, i0, i1, j0, cols);
+    SmallBlock<DF, 4>(d, g, i0, i1, j0, cols, span);
   }
 }
 

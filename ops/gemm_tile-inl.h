@@ -44,6 +44,27 @@ struct GemmArgs {
   bool colsum_accumulate = false;
 };
 
+// Products [p0, p1) of a batch of products of one shape (GemmBatch's strides): product p
+// reads A at a + (p / heads)·a_batch + (p % heads)·a_head, and likewise B and C. The
+// default is the one product the GemmArgs point at.
+struct ProductSpan {
+  int64_t p0 = 0, p1 = 1, heads = 1;
+  int64_t a_batch = 0, a_head = 0, b_batch = 0, b_head = 0, c_batch = 0, c_head = 0;
+  // f(args of product p) for every product of the span, in order.
+  template <class F>
+  void for_each(const GemmArgs& g, const F& f) const {
+    GemmArgs gp = g;
+    int64_t bi = p0 / heads, hi = p0 % heads;  // (stepped, not divided per product)
+    for (int64_t p = p0; p < p1; ++p) {
+      gp.a = g.a + bi * a_batch + hi * a_head;
+      gp.b = g.b + bi * b_batch + hi * b_head;
+      gp.c = g.c + bi * c_batch + hi * c_head;
+      f(gp);
+      if (++hi == heads) hi = 0, ++bi;
+    }
+  }
+};
+
 // Per-thread grow-only 64-byte-aligned scratch; slot 0 holds packed A, slot 1 packed B.
 float* thread_scratch(int slot, size_t floats);
 
@@ -80,6 +101,7 @@ HWY_BEFORE_NAMESPACE();
 namespace attnkit::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using gemm_detail::GemmArgs;
+using gemm_detail::ProductSpan;
 using gemm_detail::kMR;
 
 using DF = hn::ScalableTag<float>;
