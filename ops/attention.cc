@@ -350,7 +350,10 @@ HWY_INLINE void SummedScoresTiled(D d, int64_t r, const float* dyb, int64_t ldy,
 
 // Scratch of one call, on the stack.
 struct ShortScratch {
-  HWY_ALIGN float rows_t[kMaxHeadDim * kMaxQueries];  // dyᵀ of the head, [dvh, tqp]
+  union {
+    HWY_ALIGN float rows_t[kMaxHeadDim * kMaxQueries];       // dyᵀ of the head, [dvh, tqp]
+    HWY_ALIGN float summed_st[kMaxSummedRows * kMaxQueries];  // head-summed: dPᵀ of an entry's heads
+  };
   HWY_ALIGN float st[kMaxKeys * kMaxQueries];         // dPᵀ, then dSᵀ, [tk, tqp]
   HWY_ALIGN float pt[kMaxKeys * kMaxQueries];         // Pᵀ, [tk, tqp]
   HWY_ALIGN uint8_t forbidden[kMaxKeys * kMaxQueries];
@@ -371,7 +374,7 @@ HWY_NOINLINE void ShortBackward(DT dt, DH dhd, const float* q, const float* k, c
   const bool summed = m.sum_heads && m.heads * m.tk <= kMaxSummedRows;
   SummedTiles tiles;
   int64_t tiles_rows = -1;  // the key rows `tiles` was planned for
-  HWY_ALIGN float summed_st[kMaxSummedRows * kMaxQueries];
+  float* summed_st = x.summed_st;  // (shares rows_t's space: a head-summed backward needs no dyᵀ)
   if (summed)  // query lanes past tq: zeros, or the copies of the last query's values the tiles write
     for (int64_t r = 0; r < m.heads * m.tk; ++r)
       for (int64_t i = m.tq; i < tqp; ++i) summed_st[r * tqp + i] = 0.0f;
