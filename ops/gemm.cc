@@ -11,12 +11,9 @@
 HWY_BEFORE_NAMESPACE();
 namespace attnkit::HWY_NAMESPACE {
 
-// Products [p0, p1) of a batch, each computed whole (block rows [i0, i1), all columns).
-void GemmProductsTarget(const gemm_detail::GemmArgs& g, const GemmBatch& batch, int64_t p0,
-                        int64_t p1, int64_t i0, int64_t i1) {
-  const gemm_detail::ProductSpan span{p0,          p1,          batch.heads,   batch.a_batch,
-                                      batch.a_head, batch.b_batch, batch.b_head, batch.c_batch,
-                                      batch.c_head};
+// The products of span, each computed whole (block rows [i0, i1), all columns).
+void GemmProductsTarget(const gemm_detail::GemmArgs& g, const gemm_detail::ProductSpan& span,
+                        int64_t i0, int64_t i1) {
 #if ATTNKIT_HAVE_SMALL_GEMM
   // Small products (the attention's): the path chosen once for all of them, as GemmBlock
   // would choose it for each (the same tiles, the same values).
@@ -152,26 +149,18 @@ void openblas_rows(const GemmArgs& g, int64_t i0, int64_t i1) {
 void products(const GemmArgs& g, const GemmBatch& batch, int64_t p0, int64_t p1, int64_t i0,
               int64_t i1) {
   if (p0 >= p1 || i0 >= i1 || g.n == 0) return;
+  const gemm_detail::ProductSpan span{p0,          p1,          batch.heads,   batch.a_batch,
+                                      batch.a_head, batch.b_batch, batch.b_head, batch.c_batch,
+                                      batch.c_head};
   if (g.k == 0 || g.alpha == 0.0f) {
-    for (int64_t p = p0; p < p1; ++p) {
-      GemmArgs gp = g;
-      gp.c = g.c + p / batch.heads * batch.c_batch + p % batch.heads * batch.c_head;
-      scale_block(gp, {i0, i1, 0, g.n});
-    }
+    span.for_each(g, [&](const GemmArgs& gp) { scale_block(gp, {i0, i1, 0, g.n}); });
     return;
   }
   if (g_backend.load(std::memory_order_relaxed) == GemmBackend::kOpenBLAS) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t bi = p / batch.heads, hi = p % batch.heads;
-      GemmArgs gp = g;
-      gp.a = g.a + bi * batch.a_batch + hi * batch.a_head;
-      gp.b = g.b + bi * batch.b_batch + hi * batch.b_head;
-      gp.c = g.c + bi * batch.c_batch + hi * batch.c_head;
-      openblas_rows(gp, i0, i1);
-    }
+    span.for_each(g, [&](const GemmArgs& gp) { openblas_rows(gp, i0, i1); });
     return;
   }
-  HWY_DYNAMIC_DISPATCH(GemmProductsTarget)(g, batch, p0, p1, i0, i1);
+  HWY_DYNAMIC_DISPATCH(GemmProductsTarget)(g, span, i0, i1);
 }
 
 // Rows of a dynamic task: about 4 tasks per thread (a thread slowed down by other work

@@ -56,8 +56,9 @@ struct ProductSpan {
     GemmArgs gp = g;
     int64_t bi = p0 / heads, hi = p0 % heads;  // (stepped, not divided per product)
     for (int64_t p = p0; p < p1; ++p) {
-      gp.a = g.a + bi * a_batch + hi * a_head;
-      gp.b = g.b + bi * b_batch + hi * b_head;
+      // (A and B may be null when k == 0: no offset applied to a null pointer.)
+      gp.a = g.a ? g.a + bi * a_batch + hi * a_head : nullptr;
+      gp.b = g.b ? g.b + bi * b_batch + hi * b_head : nullptr;
       gp.c = g.c + bi * c_batch + hi * c_head;
       f(gp);
       if (++hi == heads) hi = 0, ++bi;
