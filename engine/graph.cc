@@ -58,6 +58,15 @@ TensorId Graph::new_tensor(const std::string& name, DType dtype, Shape shape, bo
                        shape.str() + " must be positive");
   TensorDesc d;
   d.name = name;
+  // An intermediate's name spells out how it was made, so `h = h + f(h)` doubles it at every
+  // layer: cut long ones (at a UTF-8 character boundary), or a deep model's names would take
+  // exponential time and memory to build. Inputs, constants and parameters keep theirs.
+  if (storage == Storage::kArena && d.name.size() > kMaxTensorName) {
+    size_t cut = kMaxTensorName - 3;
+    while (cut > 0 && (static_cast<unsigned char>(d.name[cut]) & 0xC0) == 0x80) --cut;
+    d.name.resize(cut);
+    d.name += "...";
+  }
   d.dtype = dtype;
   d.shape = shape;
   d.batched = batched;

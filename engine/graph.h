@@ -166,6 +166,8 @@ class Graph {
   int64_t param_count() const { return param_elements_; }
   const std::vector<int32_t>& const_data() const { return const_data_; }
   TensorId find(const std::string& name) const;  // kNoTensor when absent
+  // Intermediates' names longer than this are cut to it (ending in "...").
+  static constexpr size_t kMaxTensorName = 240;
   // Index of the node that writes t, or -1 (inputs, parameters, constants).
   int64_t producer(TensorId t) const;
 

@@ -5,11 +5,13 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
 #include "engine/executor.h"
+#include "engine/functional.h"
 #include "engine/rng.h"
 #include "model_reference.h"
 
@@ -427,6 +429,25 @@ TEST_CASE("bad graphs and inputs are reported with names and shapes") {
   ex.i32(ids.id())[5] = 9;
   REQUIRE_THROWS_WITH(ex.forward(), Catch::Contains("'ids'") && Catch::Contains("value 9"));
   REQUIRE_THROWS_WITH(ex.set_batch(5), Catch::Contains("batch 5"));
+}
+
+TEST_CASE("a deep residual chain builds with its intermediates' names cut short", "[engine]") {
+  // h = h + h·0.5 spells h twice in the new name: uncut, 80 layers would need 2^80 characters.
+  Graph g(2);
+  Tensor x = g.input("x", {3, 4}, DType::kF32);
+  Tensor h = x;
+  for (int layer = 0; layer < 80; ++layer) h = h + h * 0.5f;
+  g.keep(h);
+  for (TensorId t = 0; t < static_cast<TensorId>(g.tensors().size()); ++t)
+    REQUIRE(g.tensor(t).name.size() <= Graph::kMaxTensorName);
+  REQUIRE(g.tensor(h.id()).name.size() == Graph::kMaxTensorName);
+  REQUIRE(g.tensor(h.id()).name.substr(Graph::kMaxTensorName - 3) == "...");
+  REQUIRE(g.tensor(x.id()).name == "x");
+  Executor ex(g, {2, 1});
+  for (int64_t i = 0; i < 24; ++i) ex.f32(x.id())[i] = 0.01f * static_cast<float>(i - 12);
+  ex.forward();
+  for (int64_t i = 0; i < 24; ++i)
+    REQUIRE(ex.f32(h.id())[i] == Approx(0.01 * (i - 12) * std::pow(1.5, 80)).epsilon(1e-4));
 }
 
 }  // namespace
