@@ -35,7 +35,8 @@ struct Child {
   fs::path out, err;
 
   // fsize_limit > 0: every file the child writes is cut at that many bytes (EFBIG, as on a
-  // full disk) — RLIMIT_FSIZE, with SIGXFSZ ignored so writes fail instead of killing.
+  // full disk) — RLIMIT_FSIZE, SIGXFSZ at its default action (attnkit ignores it itself, so
+  // that its writes fail with EFBIG instead of the signal killing it).
   // stdin_file: the child's standard input ("" = inherited).
   Child(const std::vector<std::string>& args, const fs::path& dir, const std::string& tag, long fsize_limit = 0,
         const fs::path& stdin_file = {})
@@ -48,7 +49,7 @@ struct Child {
       ::dup2(o, 1), ::dup2(e, 2);
       if (!stdin_file.empty()) ::dup2(::open(stdin_file.c_str(), O_RDONLY), 0);
       if (fsize_limit > 0) {
-        ::signal(SIGXFSZ, SIG_IGN);
+        ::signal(SIGXFSZ, SIG_DFL);
         struct rlimit rl {static_cast<rlim_t>(fsize_limit), static_cast<rlim_t>(fsize_limit)};
         ::setrlimit(RLIMIT_FSIZE, &rl);
       }

@@ -295,3 +295,32 @@ TEST_CASE("paths that name nothing usable: '' is a usage error, a FIFO is refuse
   CHECK(c.stderr_text().find("not a regular file") != std::string::npos);
   CHECK_FALSE(fs::exists(dir / "run"));
 }
+
+TEST_CASE("the working folder and the root are refused as output folders and nothing changes") {
+  const fs::path dir = scratch("dot_out");
+  const fs::path sub = dir / "sub";
+  fs::create_directories(sub);
+  REQUIRE(run_cli({"train", "reversal", "--epochs", "1", "--quiet", "--no-pictures", "--out", sub.string()}, dir,
+                  "first") == 0);
+  const auto before = folder_bytes(sub);
+  // The child runs in this process's working folder: sub, for the test's duration. A new
+  // version replaces the whole folder, which would leave the shell in the deleted old one.
+  struct Cwd {
+    fs::path old = fs::current_path();
+    ~Cwd() { fs::current_path(old); }
+  } restore;
+  fs::current_path(sub);
+  for (const std::string& out : std::vector<std::string>{".", "..", "../sub", sub.string() + "/.", "/"}) {
+    INFO("--out " << out);
+    Child c({"train", "reversal", "--epochs", "1", "--quiet", "--no-pictures", "--out", out}, dir, "refused");
+    REQUIRE(c.wait() == 1);
+    const std::string err = c.stderr_text();
+    INFO(err);
+    REQUIRE(err.rfind("error: ", 0) == 0);
+    REQUIRE(err.find(out == "/" ? "filesystem root" : "is the working folder") != std::string::npos);
+    REQUIRE(folder_bytes(sub) == before);
+    REQUIRE(staging_folders(sub) == 0);
+    REQUIRE(staging_folders(dir) == 0);
+  }
+  REQUIRE(!fs::exists("/.attnkit.lock"));
+}

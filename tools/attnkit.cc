@@ -4,6 +4,7 @@
 // 2 usage error.
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -132,6 +133,9 @@ int run_in_group(const attnkit::cli::ParsedArgs& a, int argc, char** argv) {
 
 int main(int argc, char** argv) {
   using namespace attnkit::cli;
+  // A file grown past RLIMIT_FSIZE fails its write with EFBIG, reported like a full disk (the
+  // file named, the earlier version kept), instead of SIGXFSZ killing the process mid-write.
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     attnkit::apply_simd_target_env();
   } catch (const attnkit::Error& e) {

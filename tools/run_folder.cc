@@ -446,6 +446,19 @@ RunFolderWriter::RunFolderWriter(const std::string& dir, const std::string& hold
   if (dir.empty()) throw FileError("the output folder's name is empty");
   dir_ = fs::path(dir).lexically_normal().string();
   while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
+  if (dir_ == "/") throw FileError("/: the filesystem root cannot be an output folder; choose another --out");
+  // A new version replaces the whole folder (renamed into its place), so the working folder
+  // cannot be it or inside it: the shell would be left in the deleted old version (and ".",
+  // "..", with no parent in the name, would have been staged inside themselves).
+  std::error_code cwd_ec, dir_ec;
+  const fs::path cwd = fs::canonical(fs::current_path(cwd_ec), cwd_ec), target = fs::canonical(dir_, dir_ec);
+  if (!cwd_ec && !dir_ec) {
+    const std::string c = cwd.string(), t = target.string();
+    if (c == t || (c.size() > t.size() && c.compare(0, t.size(), t) == 0 && (t == "/" || c[t.size()] == '/')))
+      throw FileError(dir_ + ": is the working folder" + std::string(c == t ? "" : " or holds it") +
+                      "; a new version replaces the whole folder, so run from outside it (e.g. cd .. and "
+                      "--out " + target.filename().string() + ")");
+  }
   parent_ = fs::path(dir_).parent_path().string();
   if (parent_.empty()) parent_ = ".";
   std::error_code ec;
