@@ -14,14 +14,7 @@ namespace attnkit::HWY_NAMESPACE {
 // The products of span, each computed whole (block rows [i0, i1), all columns).
 void GemmProductsTarget(const gemm_detail::GemmArgs& g, const gemm_detail::ProductSpan& span,
                         int64_t i0, int64_t i1) {
-#if ATTNKIT_HAVE_SMALL_GEMM
-  // Small products (the attention's): the path chosen once for all of them, as GemmBlock
-  // would choose it for each (the same tiles, the same values).
-  if (!gemm_detail::use_packed_path(g.m, g.n, g.k, g.trans_b) &&
-      !gemm_detail::use_short_k_path(g.m, g.n, g.k) && UseSmallPath(g, i0, i1, 0, g.n))
-    return GemmSmall(g, i0, i1, 0, g.n, span);
-#endif
-  span.for_each(g, [&](const gemm_detail::GemmArgs& gp) { GemmBlock(gp, i0, i1, 0, g.n); });
+  GemmBlock(g, i0, i1, 0, g.n, span);
 }
 
 void GemmBlockTarget(const gemm_detail::GemmArgs& g, int64_t i0, int64_t i1, int64_t j0,

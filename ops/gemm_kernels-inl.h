@@ -74,9 +74,8 @@ namespace attnkit::HWY_NAMESPACE {
 // shape selects (which block a row falls in changes none of its values).
 inline void GemmRowsDynamic(const GemmArgs& g, std::atomic<int64_t>* next, int64_t rows);
 
-// C[i0..i1, j0..j1] of product g, on the path the whole product's shape selects.
-inline void GemmBlock(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
-  if (i0 >= i1 || j0 >= j1) return;
+// C[i0..i1, j0..j1] of one product g on the path its shape selects, except the small path.
+inline void GemmBlockNotSmall(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   if (gemm_detail::use_packed_path(g.m, g.n, g.k, g.trans_b)) {
     GemmPacked(g, i0, i1, j0, j1);  // its epilogue runs per tile
     return;
@@ -84,11 +83,6 @@ inline void GemmBlock(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int
   bool fused = false;  // the epilogue applied in the path's own stores
   if (gemm_detail::use_short_k_path(g.m, g.n, g.k)) {
     GemmShortK(g, i0, i1, j0, j1);
-#if ATTNKIT_HAVE_SMALL_GEMM
-  } else if (UseSmallPath(g, i0, i1, j0, j1)) {
-    GemmSmall(g, i0, i1, j0, j1);  // (takes an epilogue only where it fuses it)
-    fused = true;
-#endif
   } else if (gemm_detail::use_swapped_path(g.trans_a, g.m, g.n)) {
     GemmSwapped(g, i0, i1, j0, j1);
   } else if (gemm_detail::use_dot_path(g.trans_a, g.n)) {
@@ -97,6 +91,22 @@ inline void GemmBlock(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int
     fused = GemmDirect(g, i0, i1, j0, j1);
   }
   if (g.has_epilogue() && !fused) Epilogue(g, i0, i1, j0, j1);  // the block is this call's, done
+}
+
+// C[i0..i1, j0..j1] of every product of span (one product by default), on the path the whole
+// product's shape selects. The small path takes the whole span in one call (the path and its
+// tiles chosen once: per product, that choice was a quarter of a 10 × 16 × 10 product).
+inline void GemmBlock(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                      const ProductSpan& span = ProductSpan{}) {
+  if (i0 >= i1 || j0 >= j1) return;
+#if ATTNKIT_HAVE_SMALL_GEMM
+  if (!gemm_detail::use_packed_path(g.m, g.n, g.k, g.trans_b) && !gemm_detail::use_short_k_path(g.m, g.n, g.k) &&
+      UseSmallPath(g, i0, i1, j0, j1)) {
+    GemmSmall(g, i0, i1, j0, j1, span);  // (takes an epilogue only where it fuses it)
+    return;
+  }
+#endif
+  span.for_each(g, [&](const GemmArgs& gp) { GemmBlockNotSmall(gp, i0, i1, j0, j1); });
 }
 
 inline void GemmRowsDynamic(const GemmArgs& g, std::atomic<int64_t>* next, int64_t rows) {

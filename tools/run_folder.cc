@@ -453,9 +453,9 @@ RunFolderWriter::RunFolderWriter(const std::string& dir, const std::string& hold
   std::error_code cwd_ec, dir_ec;
   const fs::path cwd = fs::canonical(fs::current_path(cwd_ec), cwd_ec), target = fs::canonical(dir_, dir_ec);
   if (!cwd_ec && !dir_ec) {
-    const std::string c = cwd.string(), t = target.string();
-    if (c == t || (c.size() > t.size() && c.compare(0, t.size(), t) == 0 && (t == "/" || c[t.size()] == '/')))
-      throw FileError(dir_ + ": is the working folder" + std::string(c == t ? "" : " or holds it") +
+    const auto [cwd_part, target_part] = std::mismatch(cwd.begin(), cwd.end(), target.begin(), target.end());
+    if (target_part == target.end())  // every component of target starts cwd
+      throw FileError(dir_ + ": is the working folder" + std::string(cwd_part == cwd.end() ? "" : " or holds it") +
                       "; a new version replaces the whole folder, so run from outside it (e.g. cd .. and "
                       "--out " + target.filename().string() + ")");
   }
