@@ -105,8 +105,13 @@ def torch_worker(args):
                 blas = line.split()[-1]
                 break
     blas_threads = None
+    blas_core = None
     if blas:
         lib = ctypes.CDLL(blas)
+        corename = getattr(lib, "openblas_get_corename", None)
+        if corename is not None:
+            corename.restype = ctypes.c_char_p
+            blas_core = corename().decode()
         for prefix in ("", "scipy_"):
             setter = getattr(lib, prefix + "openblas_set_num_threads", None)
             getter = getattr(lib, prefix + "openblas_get_num_threads", None)
@@ -152,8 +157,8 @@ def torch_worker(args):
                         rates.append(calls * batch / dt)
                 results["%s/batch:%d" % (task, batch)] = dict(median=statistics.median(rates), batch=batch)
         print(json.dumps(dict(threads=n, torch_threads=torch.get_num_threads(), openblas=blas,
-                              openblas_threads=blas_threads, torch_version=torch.__version__,
-                              results=results)))
+                              openblas_threads=blas_threads, openblas_core=blas_core,
+                              torch_version=torch.__version__, results=results)))
         return
     for task in args.models:
         c = sized(LESSONS[task], task, args.seq_len, args.vocab)
@@ -198,8 +203,19 @@ def torch_worker(args):
         results[task] = dict(median=statistics.median(rates), windows=rates,
                              loss=float(step().item()), batch=batch)
     print(json.dumps(dict(threads=n, torch_threads=torch.get_num_threads(),
-                          openblas=blas, openblas_threads=blas_threads,
+                          openblas=blas, openblas_threads=blas_threads, openblas_core=blas_core,
                           torch_version=torch.__version__, results=results)))
+
+
+def openblas_kernels_line(info):
+    """Which OpenBLAS kernels PyTorch's products ran on: OPENBLAS_CORETYPE in the environment
+    overrides OpenBLAS's own pick for the CPU (a Haswell override leaves an AVX-512 CPU on
+    AVX2 kernels), so the figures name it."""
+    forced = os.environ.get("OPENBLAS_CORETYPE")
+    return "PyTorch's OpenBLAS kernels: %s (%s)" % (
+        info.get("openblas_core") or "unknown",
+        "forced by OPENBLAS_CORETYPE=%s in the environment" % forced if forced
+        else "OpenBLAS's own choice for this CPU")
 
 
 def run_torch(args, threads):
@@ -304,6 +320,7 @@ def infer_main(args):
                              statistics.median([x for x in aks[key] if x]), ratios))
     print("PyTorch %s (openblas %s) under torch.inference_mode(), attnkit %s" %
           (info["torch_version"], info["openblas"], binary))
+    print(openblas_kernels_line(info))
     hdr = "%-14s %7s %6s %14s %14s %12s %12s %8s" % ("model", "threads", "batch", "PyTorch seq/s",
                                                     "attnkit seq/s", "PyTorch us", "attnkit us", "ratio")
     print(hdr)
@@ -373,6 +390,7 @@ def main():
 
     print("PyTorch %s (openblas %s), attnkit %s" % (info["torch_version"], info["openblas"],
                                                      binary))
+    print(openblas_kernels_line(info))
     print("median of %d windows, %.3g s per measurement" % (args.windows, args.seconds) +
           (" (reversal-large: %d windows, %.3g s)" % (args.large_windows, args.large_seconds)
            if LARGE & set(args.models) else ""))

@@ -1,10 +1,15 @@
 // What every benchmark program does first: applies ATTNKIT_SIMD_TARGET (a bad value is one
 // line on stderr and exit 2) and names the SIMD target in the benchmark context, so every
-// figure carries the target it was measured on.
+// figure carries the target it was measured on — and the OpenBLAS kernels the comparisons ran
+// on (OPENBLAS_CORETYPE in the environment overrides OpenBLAS's own pick for the CPU).
 #pragma once
 #include <benchmark/benchmark.h>
 
+#include <cblas.h>  // openblas_get_corename
+
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "engine/error.h"
 #include "engine/simd_target.h"
@@ -21,6 +26,11 @@ inline bool apply_simd_target(const char* program) {
     return false;
   }
   benchmark::AddCustomContext("attnkit_simd_target", simd_target_name());
+  const char* forced = std::getenv("OPENBLAS_CORETYPE");
+  benchmark::AddCustomContext(
+      "openblas_kernels", std::string(openblas_get_corename()) +
+                              (forced && *forced ? std::string(" (forced: OPENBLAS_CORETYPE=") + forced + ")"
+                                                 : std::string(" (OpenBLAS's own choice)")));
   return true;
 }
 
