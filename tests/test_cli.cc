@@ -172,6 +172,49 @@ TEST_CASE("resume: 2 epochs + resume to 4 equals 4 epochs, bitwise") {
   expect_usage_error("train reversal --resume '" + (dir / "half").string() + "'", "neighbor-sum", dir);
 }
 
+TEST_CASE("resume: loss.csv must hold the earlier steps; without attention.npy nothing changes; without snapshots.npy a warning") {
+  const fs::path dir = scratch("resume_missing");
+  const std::string common = "train neighbor-sum --train-size 300 --val-size 40 --seed 3 --snapshot-steps 0,4,7 --no-pictures ";
+  REQUIRE(attnkit(common + "--epochs 4 --out '" + (dir / "full").string() + "'", dir).code == 0);
+  REQUIRE(attnkit(common + "--epochs 2 --out '" + (dir / "half").string() + "'", dir).code == 0);
+  // A copy of the 2-epoch run (step 10) without `name`, or with loss.csv cut to 3 steps.
+  auto copy_without = [&](const std::string& name) {
+    const fs::path copy = dir / ("no-" + name);
+    fs::copy(dir / "half", copy, fs::copy_options::recursive);
+    if (name == "short") std::ofstream(copy / "loss.csv") << "step,loss\n1,2.5\n2,2.4\n3,2.3\n";
+    else fs::remove(copy / name);
+    return copy;
+  };
+  auto resume = [&](const fs::path& from) {
+    return "train neighbor-sum --epochs 4 --no-pictures --resume '" + from.string() + "' --out '" +
+           (dir / ("out-" + from.filename().string())).string() + "'";
+  };
+  const fs::path no_loss = copy_without("loss.csv");
+  expect_runtime_error(resume(no_loss), (no_loss / "loss.csv").string() + ": missing (the checkpoint is at step 10", dir);
+  expect_runtime_error(resume(copy_without("short")), "loss.csv: has 3 steps (the checkpoint is at step 10", dir);
+  CHECK_FALSE(fs::exists(dir / "out-no-loss.csv"));
+  CHECK_FALSE(fs::exists(dir / "out-no-short"));
+
+  // attention.npy is drawn anew: the resumed run is the uninterrupted one.
+  const Result r = attnkit(resume(copy_without("attention.npy")), dir);
+  REQUIRE(r.code == 0);
+  CHECK(r.err.empty());
+  for (const char* f : {"model.safetensors", "loss.csv", "attention.npy", "snapshots.npy"}) {
+    INFO(f);
+    CHECK(slurp(dir / "full" / f) == slurp(dir / "out-no-attention.npy" / f));
+  }
+
+  // Snapshots are labelled by step: the run goes on with the losses, and says what is lost.
+  const fs::path no_snapshots = copy_without("snapshots.npy");
+  const Result w = attnkit(resume(no_snapshots), dir);
+  REQUIRE(w.code == 0);
+  CHECK(w.err == "warning: " + (no_snapshots / "snapshots.npy").string() +
+                     ": missing, so the snapshots of steps 0, 4, 7 (taken before the checkpoint's step 10) are not "
+                     "carried over\n");
+  CHECK(slurp(dir / "full" / "loss.csv") == slurp(dir / "out-no-snapshots.npy" / "loss.csv"));
+  CHECK_FALSE(fs::exists(dir / "out-no-snapshots.npy" / "snapshots.npy"));
+}
+
 TEST_CASE("train with data from numpy trains on its arrays, and bad arrays are clear errors") {
   const fs::path dir = scratch("data");
   numpy(R"(

@@ -135,6 +135,7 @@ int run_train(const TrainArgs& a, Collective* group) {
   ModelConfig config;
   TrainerOptions options;
   std::string resume_checkpoint, resume_dir;
+  std::vector<int64_t> stored_snapshot_steps;  // the snapshots the resumed run took
   if (!a.resume.empty()) {
     // The model, data and optimizer settings come from the checkpoint; a flag that repeats the
     // checkpoint's value is accepted, a different one refused. --epochs is the new total.
@@ -165,6 +166,7 @@ int run_train(const TrainArgs& a, Collective* group) {
     } else if (a.has("train-size") || a.has("val-size")) {
       throw UsageError("--train-size and --val-size do not apply with --data (the data sets the sizes)");
     }
+    stored_snapshot_steps = options.training.snapshot_steps;
     if (a.has("epochs")) options.training.epochs = a.epochs;
     if (a.has("snapshot-steps")) options.training.snapshot_steps = parse_steps(a.snapshot_steps);
     if (a.has("data")) options.data_path = a.data;
@@ -233,7 +235,10 @@ int run_train(const TrainArgs& a, Collective* group) {
     if (options.training.epochs * nb < done)
       throw UsageError(fmt::format("--epochs {}: the checkpoint has already trained {} steps ({:.3g} epochs of {} steps)",
                                    options.training.epochs, done, static_cast<double>(done) / static_cast<double>(nb), nb));
-    if (lead) earlier = earlier_run(resume_dir, config, done);
+    if (lead) {
+      earlier = earlier_run(resume_dir, config, done, stored_snapshot_steps);
+      if (!earlier.warning.empty()) std::fprintf(stderr, "warning: %s\n", earlier.warning.c_str());
+    }
   }
 
   const bool tty = isatty(fileno(stdout)) != 0;
