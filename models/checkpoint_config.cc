@@ -190,6 +190,7 @@ std::map<std::string, std::string> config_entries(const ModelConfig& c, const Tr
   e["seed"] = std::to_string(o.seed);
   e["sample"] = std::to_string(o.sample);
   e["data"] = o.data_path.empty() ? "generated" : o.data_path;
+  if (!o.data_fingerprint.empty()) e["data_fnv1a"] = o.data_fingerprint;
   return e;
 }
 
@@ -226,6 +227,13 @@ TrainerOptions trainer_options_from_metadata(const std::map<std::string, std::st
   o.sample = int_entry(meta, "sample", path);
   const std::string& data = entry(meta, "data", path);
   o.data_path = data == "generated" ? "" : data;
+  const auto fingerprint = meta.find("config.data_fnv1a");  // absent in older checkpoints
+  if (fingerprint != meta.end()) {
+    const std::string& f = fingerprint->second;
+    if (f.size() != 16 || f.find_first_not_of("0123456789abcdef") != std::string::npos)
+      throw FileError(path + ": checkpoint metadata 'config.data_fnv1a' = '" + f + "' is not 16 hex digits");
+    o.data_fingerprint = f;
+  }
   return o;
 }
 

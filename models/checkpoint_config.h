@@ -4,8 +4,9 @@
 //
 // Entries are strings: integers in decimal, booleans "true"/"false", the head "mlp" or
 // "layernorm-linear", the learning rate with 9 significant digits, snapshot steps
-// comma-separated or "none", the data path or "generated". The model's keys are those of
-// model_config_to_json (models/model_config_json.h).
+// comma-separated or "none", the data path or "generated" and, for data from a file,
+// "data_fnv1a": its task_data_fingerprint in 16 hex digits (absent in older checkpoints).
+// The model's keys are those of model_config_to_json (models/model_config_json.h).
 #pragma once
 #include <map>
 #include <string>

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "engine/error.h"
+#include "engine/hash.h"
 #include "engine/npy.h"
 #include "engine/npz.h"
 
@@ -241,6 +242,16 @@ Dataset load_sequences(const std::string& path, const ModelConfig& c, const std:
   }
   validate_against(d, c, xname, xname, path + ": '" + ys + "'", config_source);
   return d;
+}
+
+uint64_t task_data_fingerprint(const TaskData& data) {
+  Fnv1a h;
+  for (const Dataset* d : {&data.train, &data.val}) {
+    h.add(&d->size, sizeof d->size);
+    h.add(d->x);
+    h.add(d->y);
+  }
+  return h.h;
 }
 
 TaskData load_task_data(const std::string& path, const ModelConfig& c, const std::string& config_source) {

@@ -75,6 +75,10 @@ void validate_dataset(const Dataset& d, const ModelConfig& config, const std::st
 TaskData load_task_data(const std::string& path, const ModelConfig& config,
                         const std::string& config_source = "the model");
 
+// FNV-1a (engine/hash.h) of both sets' sizes, tokens and targets as int32: what identifies the
+// data a model trained on, whatever dtype or compression the file used.
+uint64_t task_data_fingerprint(const TaskData& data);
+
 // Sequences to evaluate or run: an .npz with X (or X_val) and optionally Y (or Y_val), or an
 // .npy of tokens [N, T]; integer arrays, checked against config like load_task_data (errors
 // name the file, the array, the row and the position). *has_targets says whether targets came

@@ -248,5 +248,37 @@ TEST_CASE("trainer: the graph follows the training set, not a batch size far abo
   CHECK(normal.executor().graph().max_batch() == 16);
 }
 
+TEST_CASE("trainer: a checkpoint records its data file's fingerprint; other data is refused, older checkpoints resume") {
+  TempDir dir;
+  const ModelConfig c = lesson_config("neighbor-sum");
+  TrainerOptions o;
+  o.training = lesson_training("neighbor-sum");
+  o.training.epochs = 1;
+  o.data_path = "lesson.npz";  // a name for the data: the Trainer fingerprints what it is given
+  const std::string path = dir / "m.safetensors", old = dir / "old.safetensors";
+  Trainer first(c, o, generate_task_data(c, 40, 10, 1));
+  first.train();
+  first.save(path);
+  const auto meta = read_checkpoint_metadata(path);
+  REQUIRE(meta.count("config.data_fnv1a") == 1);
+  CHECK(meta.at("config.data_fnv1a") == first.options().data_fingerprint);
+  CHECK(meta.at("config.data_fnv1a").size() == 16);
+
+  Trainer same(c, o, generate_task_data(c, 40, 10, 1));
+  same.resume(path);
+  CHECK(same.step() == first.step());
+  Trainer other(c, o, generate_task_data(c, 40, 10, 2));
+  require_file_error([&] { other.resume(path); }, path, "lesson.npz now holds other data");
+  CHECK(other.step() == 0);  // nothing loaded
+
+  // A checkpoint from before the entry resumes on any data, as it did.
+  SafetensorsFile f = read_safetensors(path);
+  f.metadata.erase("config.data_fnv1a");
+  write_safetensors(old, f.tensors, f.metadata);
+  CHECK(trainer_options_from_metadata(read_checkpoint_metadata(old), old).data_fingerprint.empty());
+  other.resume(old);
+  CHECK(other.step() == first.step());
+}
+
 }  // namespace
 }  // namespace attnkit

@@ -244,6 +244,31 @@ np.savez(d + '/token.npz', X_train=Xt, Y_train=Yt, X_val=Xb, Y_val=Yv)
   expect_runtime_error("train reversal --data '" + (dir / "dup.npz").string() + "'", "length 10", dir);
 }
 
+TEST_CASE("resume: other --data is a usage error, a changed .npz behind the checkpoint an error naming it") {
+  const fs::path dir = scratch("resume_data");
+  numpy(R"(
+def save(name, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.integers(0, 12, (260, 10))
+    Y = ((X[:, :, None] == X[:, None, :]).sum(axis=-1) > 1).astype(int)
+    np.savez(d + '/' + name, X_train=X[:200], Y_train=Y[:200], X_val=X[200:], Y_val=Y[200:])
+save('a.npz', 0); save('b.npz', 1); save('a_again.npz', 0)
+)", dir);
+  const std::string a = (dir / "a.npz").string(), b = (dir / "b.npz").string(), run = (dir / "run").string();
+  REQUIRE(attnkit("train duplicates --epochs 1 --no-pictures --data '" + a + "' --out '" + run + "'", dir).code == 0);
+  const std::string resume = "train duplicates --epochs 2 --no-pictures --resume '" + run + "' ";
+  expect_usage_error(resume + "--data '" + b + "'", "--data " + b + " differs from the checkpoint's " + a, dir);
+  CHECK(attnkit(resume + "--data '" + (dir / "." / "a.npz").string() + "' --out '" + (dir / "same").string() + "'", dir)
+            .code == 0);
+  // Another file with the same arrays in place of a.npz resumes; other arrays are refused.
+  fs::copy_file(dir / "a_again.npz", dir / "a.npz", fs::copy_options::overwrite_existing);
+  CHECK(attnkit(resume + "--out '" + (dir / "again").string() + "'", dir).code == 0);
+  fs::copy_file(dir / "b.npz", dir / "a.npz", fs::copy_options::overwrite_existing);
+  expect_runtime_error(resume + "--out '" + (dir / "changed").string() + "'", a + " now holds other data", dir);
+  CHECK_FALSE(fs::exists(dir / "changed"));
+  CHECK(json_file(fs::path(run) / "metrics.json")["epochs"] == 1);  // nothing rewritten
+}
+
 TEST_CASE("usage errors exit 2 naming the flag, missing files exit 1 with one error line") {
   const fs::path dir = scratch("errors");
   expect_usage_error("train no-such-task", "no-such-task", dir);

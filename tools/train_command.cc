@@ -114,6 +114,14 @@ class StopSignals {
   struct sigaction old_int_ {}, old_term_ {};
 };
 
+// Two paths that name one file (or, where either is missing, read alike).
+bool same_file(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return a == b;
+  std::error_code ec;
+  const bool same = fs::equivalent(a, b, ec);
+  return ec ? fs::path(a).lexically_normal() == fs::path(b).lexically_normal() : same;
+}
+
 // A flag given on --resume must agree with the checkpoint.
 template <typename T>
 void same_as_checkpoint(const TrainArgs& a, const char* flag, const T& given, const T& stored) {
@@ -169,7 +177,10 @@ int run_train(const TrainArgs& a, Collective* group) {
     stored_snapshot_steps = options.training.snapshot_steps;
     if (a.has("epochs")) options.training.epochs = a.epochs;
     if (a.has("snapshot-steps")) options.training.snapshot_steps = parse_steps(a.snapshot_steps);
-    if (a.has("data")) options.data_path = a.data;
+    if (a.has("data") && !same_file(a.data, options.data_path))
+      throw UsageError("--data " + a.data + " differs from the checkpoint's " +
+                       (options.data_path.empty() ? "generated data" : options.data_path) +
+                       " (the model, data and optimizer settings come from the checkpoint when resuming)");
   } else {
     config = lesson_config(a.task);
     if (a.has("seq-len") || a.has("vocab")) {
