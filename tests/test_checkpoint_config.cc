@@ -188,6 +188,38 @@ TEST_CASE("a checkpoint config asking for absurd sizes is refused before anythin
   expect("pre_norm", "false", "config pre_norm = false but the checkpoint has tensor 'layers.0.ln1.weight'");
 }
 
+TEST_CASE("every corrupted checkpoint entry is a FileError naming the file, the key and the value") {
+  TempDir dir;
+  const std::string real = dir / "real.safetensors";
+  const std::string edited = dir / "edited.safetensors";
+  write_checkpoint(real, lesson_config("neighbor-sum"));
+  auto expect = [&](const std::string& key, const std::string& value, const std::string& phrase) {
+    edit_metadata(real, edited, "config." + key, value);
+    INFO(key << " = " << value);
+    require_file_error(
+        [&] {
+          const auto meta = read_checkpoint_metadata(edited);
+          model_config_from_metadata(meta, edited);
+          trainer_options_from_metadata(meta, edited);
+        },
+        edited, phrase);
+  };
+  expect("lr", "nan", "'config.lr' = 'nan' is not a positive finite number");
+  expect("lr", "-0.01", "'config.lr' = '-0.01' is not a positive finite number");
+  expect("lr", "inf", "'config.lr' = 'inf'");
+  expect("batch_size", "0", "'config.batch_size' = '0' is outside [1, 1000000]");
+  expect("epochs", "99999999999", "'config.epochs' = '99999999999' is outside [0, 1000000000]");
+  expect("epochs", "-1", "'config.epochs' = '-1' is outside");
+  expect("seed", "-1", "'config.seed' = '-1' is outside [0, 9223372036854775807]");
+  expect("train_size", "0", "'config.train_size' = '0' is outside [1, 100000000]");
+  expect("val_size", "1000000000", "'config.val_size' = '1000000000' is outside [1, 100000000]");
+  expect("sample", "500", "'config.sample' = '500' is outside [0, 499]");
+  expect("task", "foo", "'config.task' = 'foo' is not a task (known: neighbor-sum");
+  // reversal's head has no hidden layer: its mlp_hidden is unused, but not any number.
+  write_checkpoint(real, lesson_config("reversal"));
+  expect("mlp_hidden", "-1", "mlp_hidden must be >= 0, got -1");
+}
+
 // The checkpoint at `from` rewritten to `to` with element `flat` of tensor `name` set to v.
 void poison(const std::string& from, const std::string& to, const std::string& name, int64_t flat, float v) {
   SafetensorsFile f = read_safetensors(from);
