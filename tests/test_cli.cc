@@ -215,6 +215,19 @@ TEST_CASE("resume: loss.csv must hold the earlier steps; without attention.npy n
   CHECK_FALSE(fs::exists(dir / "out-no-snapshots.npy" / "snapshots.npy"));
 }
 
+TEST_CASE("eval's default seed (the training seed + 1000) stays a seed --seed accepts, for the largest one too") {
+  const fs::path dir = scratch("eval_seed");
+  const std::string run = (dir / "run").string();
+  REQUIRE(attnkit("train reversal --seed 9223372036854775807 --epochs 1 --train-size 64 --val-size 20 --no-pictures "
+                  "--quiet --out '" + run + "'", dir).code == 0);
+  const Result fresh = attnkit("eval --checkpoint '" + run + "'", dir);
+  REQUIRE(fresh.code == 0);
+  CHECK(fresh.out.find("20 fresh sequences (seed 999)") != std::string::npos);  // (2^63 − 1 + 1000) mod 2^63
+  const Result again = attnkit("eval --checkpoint '" + run + "' --seed 999", dir);
+  REQUIRE(again.code == 0);
+  CHECK(again.out == fresh.out);
+}
+
 TEST_CASE("train with data from numpy trains on its arrays, and bad arrays are clear errors") {
   const fs::path dir = scratch("data");
   numpy(R"(

@@ -387,7 +387,10 @@ int run_eval(const EvalArgs& a) {
       for (int64_t i = 0; i < d.size; ++i) task_targets(m.config, d.tokens(i), d.y.data() + i * d.seq_len);
     source = a.data + (has_targets ? "" : " (targets from the task's rule)");
   } else {
-    const uint64_t seed = std::find(a.given.begin(), a.given.end(), "seed") != a.given.end() ? a.seed : m.options.seed + 1000;
+    // seed + 1000 kept within the seeds --seed takes, [0, 2^63 − 1] (wrapping past the top),
+    // so the seed named below can be given back; the checkpoint's seed is in that range too.
+    const uint64_t fresh_seed = (m.options.seed + 1000) % (uint64_t{1} << 63);
+    const uint64_t seed = std::find(a.given.begin(), a.given.end(), "seed") != a.given.end() ? a.seed : fresh_seed;
     const int64_t n = std::find(a.given.begin(), a.given.end(), "val-size") != a.given.end() ? a.val_size : m.options.training.val_size;
     Rng rng(seed);
     d = generate_dataset(m.config, n, rng);
