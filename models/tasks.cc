@@ -259,6 +259,11 @@ TaskData load_task_data(const std::string& path, const ModelConfig& c, const std
   TaskData data;
   data.train = dataset_from(arrays, path, "X_train", "Y_train", c, config_source);
   data.val = dataset_from(arrays, path, "X_val", "Y_val", c, config_source);
+  // A set without a single answer trains nothing, or scores an accuracy of 0 of 0 positions.
+  for (const auto& [set, name] : {std::pair<const Dataset*, const char*>{&data.train, "Y_train"}, {&data.val, "Y_val"}})
+    if (std::none_of(set->y.begin(), set->y.end(), [](int32_t t) { return t >= 0; }))
+      throw FileError(path + ": '" + name + "' has no target to learn or score: all " + std::to_string(set->y.size()) +
+                      " are -1 (no answer)");
   return data;
 }
 

@@ -301,6 +301,32 @@ TEST_CASE("usage errors exit 2 naming the flag, missing files exit 1 with one er
   CHECK(attnkit("--help", dir).code == 0);
 }
 
+TEST_CASE("sizes beyond memory, data without answers, and .npy outputs named .png are refused, naming them") {
+  const fs::path dir = scratch("refused");
+  // 10^8 sequences of 4096 tokens: 3.3 TB, refused before anything is allocated.
+  expect_usage_error("train neighbor-sum --seq-len 4096 --train-size 100000000 --no-pictures --out '" +
+                         (dir / "huge").string() + "'",
+                     "--train-size 100000000 and --val-size 500: 100000500 sequences of T = 4096 take", dir);
+  CHECK_FALSE(fs::exists(dir / "huge"));
+
+  numpy(R"(
+X = np.random.default_rng(0).integers(0, 12, (50, 10)); Y = np.zeros((50, 10), int)
+np.savez(d + '/no_train.npz', X_train=X, Y_train=Y - 1, X_val=X, Y_val=Y)
+np.savez(d + '/no_val.npz', X_train=X, Y_train=Y, X_val=X, Y_val=Y - 1)
+np.save(d + '/maps.npy', np.full((1, 1, 4, 4), 0.25))
+)", dir);
+  expect_runtime_error("train duplicates --data '" + (dir / "no_train.npz").string() + "'",
+                       "no_train.npz: 'Y_train' has no target to learn or score: all 500 are -1", dir);
+  expect_runtime_error("train duplicates --data '" + (dir / "no_val.npz").string() + "'",
+                       "no_val.npz: 'Y_val' has no target to learn or score", dir);
+
+  const std::string png = (dir / "r.png").string();
+  expect_usage_error("rollout '" + (dir / "maps.npy").string() + "' --out '" + png + "'",
+                     "--out: '" + png + "' does not end in .npy", dir);
+  expect_usage_error("demo alignment --out '" + png + "'", "--out: '" + png + "' does not end in .npy", dir);
+  CHECK_FALSE(fs::exists(png));
+}
+
 TEST_CASE("version names the SIMD target and ATTNKIT_SIMD_TARGET forces a lower one or is a usage error") {
   const fs::path dir = scratch("version");
   const Result best = attnkit("--version", dir);

@@ -114,6 +114,17 @@ class StopSignals {
   struct sigaction old_int_ {}, old_term_ {};
 };
 
+// Generated sets are held in memory (tokens and targets, int32 each): sizes beyond the
+// machine's memory are refused before anything is allocated. `what` names where n came from.
+void check_generated_size(int64_t n, int64_t T, const std::string& what) {
+  const double bytes = static_cast<double>(n) * static_cast<double>(T) * 2 * sizeof(int32_t);
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (memory > 0 && bytes > memory)
+    throw UsageError(fmt::format("{}: {} sequences of T = {} take {:.1f} GB as tokens and targets, more than this "
+                                 "machine's {:.1f} GB of memory",
+                                 what, n, T, bytes / 1e9, memory / 1e9));
+}
+
 // Two paths that name one file (or, where either is missing, read alike).
 bool same_file(const std::string& a, const std::string& b) {
   if (a.empty() || b.empty()) return a == b;
@@ -227,7 +238,10 @@ int run_train(const TrainArgs& a, Collective* group) {
     options.training.train_size = data.train.size;
     options.training.val_size = data.val.size;
   } else {
-    data = generate_task_data(config, options.training.train_size, options.training.val_size, options.seed);
+    const TrainingConfig& t = options.training;
+    check_generated_size(t.train_size + t.val_size, config.seq_len,
+                         fmt::format("--train-size {} and --val-size {}", t.train_size, t.val_size));
+    data = generate_task_data(config, t.train_size, t.val_size, options.seed);
   }
   if (options.sample >= data.val.size)
     throw UsageError(fmt::format("--sample {} is outside the validation set ({} sequences)", options.sample,
@@ -392,6 +406,7 @@ int run_eval(const EvalArgs& a) {
     const uint64_t fresh_seed = (m.options.seed + 1000) % (uint64_t{1} << 63);
     const uint64_t seed = std::find(a.given.begin(), a.given.end(), "seed") != a.given.end() ? a.seed : fresh_seed;
     const int64_t n = std::find(a.given.begin(), a.given.end(), "val-size") != a.given.end() ? a.val_size : m.options.training.val_size;
+    check_generated_size(n, m.config.seq_len, "--val-size " + std::to_string(n));
     Rng rng(seed);
     d = generate_dataset(m.config, n, rng);
     source = fmt::format("{} fresh sequences (seed {})", n, seed);
