@@ -193,8 +193,7 @@ RunContents sequence_contents(const ModelConfig& c, const SequenceFiles& f) {
   r.layers = L, r.heads = H, r.T = T;
   r.attention = f.result.attention;
   if (L > 1) {
-    const std::vector<double> roll = attention_rollout(f.result.attention.data(), L, H, T);
-    r.rollout.assign(roll.begin(), roll.end());
+    r.rollout = attention_rollout(f.result.attention.data(), L, H, T);
   }
   r.snapshot_steps = f.snapshot_steps;
   for (const auto& s : f.snapshots) r.snapshots.insert(r.snapshots.end(), s.begin(), s.end());
