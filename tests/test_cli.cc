@@ -327,6 +327,24 @@ np.save(d + '/maps.npy', np.full((1, 1, 4, 4), 0.25))
   CHECK_FALSE(fs::exists(png));
 }
 
+TEST_CASE("T over 512: links.png and report.html are left out with one warning line, the other pictures drawn") {
+  const fs::path dir = scratch("long_t");
+  const fs::path run = dir / "run";
+  const Result r = attnkit("train reversal --seq-len 600 --vocab 16 --d-model 8 --epochs 1 --train-size 4 --val-size 1 "
+                           "--batch-size 4 --quiet --out '" + run.string() + "'", dir);
+  CHECK(r.code == 0);
+  CHECK(r.err == "warning: T = 600: links.png not drawn (link diagrams show at most 512 tokens a side); report.html "
+                 "not written (a report shows at most 512 tokens a side)\n");
+  for (const char* f : {"attention.png", "loss.png", "snapshots.png", "model.safetensors"}) CHECK(fs::exists(run / f));
+  CHECK_FALSE(fs::exists(run / "links.png"));
+  CHECK_FALSE(fs::exists(run / "report.html"));
+  CHECK(json_file(run / "metrics.json")["pictures_written"] == true);
+  // render draws the folder again the same way.
+  const Result again = attnkit("render '" + run.string() + "'", dir);
+  CHECK(again.code == 0);
+  CHECK(again.err == r.err);
+}
+
 TEST_CASE("version names the SIMD target and ATTNKIT_SIMD_TARGET forces a lower one or is a usage error") {
   const fs::path dir = scratch("version");
   const Result best = attnkit("--version", dir);

@@ -430,10 +430,10 @@ render::RunPictures run_pictures(const RunContents& r, const std::string& fallba
 }
 
 bool draw_pictures(const RunContents& contents, const std::string& dir, std::vector<std::string>* written,
-                   std::string* error, const render::RunRenderOptions& options) {
+                   std::string* error, const render::RunRenderOptions& options, std::string* skipped) {
   try {
     const std::vector<std::string> names =
-        render::render_run(run_pictures(contents, fs::path(dir).filename().string()), dir, options);
+        render::render_run(run_pictures(contents, fs::path(dir).filename().string()), dir, options, skipped);
     written->insert(written->end(), names.begin(), names.end());
     return true;
   } catch (const std::exception& e) {  // Error, or bad_alloc from a picture too large to hold

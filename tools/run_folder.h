@@ -98,9 +98,10 @@ RunContents read_run_folder(const std::string& dir);
 render::RunPictures run_pictures(const RunContents& contents, const std::string& fallback_task);
 
 // Draws the pictures and report.html into dir. On failure removes the pictures it wrote and
-// returns false with the reason in *error (the rest of the folder is kept).
+// returns false with the reason in *error (the rest of the folder is kept). *skipped (when
+// given) names the pictures left out for maps too large for them (render::render_run).
 bool draw_pictures(const RunContents& contents, const std::string& dir, std::vector<std::string>* written,
-                   std::string* error, const render::RunRenderOptions& options = {});
+                   std::string* error, const render::RunRenderOptions& options = {}, std::string* skipped = nullptr);
 
 // "step,loss" lines, steps counted from 1.
 void write_loss_csv(const std::string& path, const std::vector<float>& losses);

@@ -273,6 +273,7 @@ int run_train(const TrainArgs& a, Collective* group) {
   // One version of the run folder at the trainer's position: every file, then one commit.
   // Returns false when the pictures could not be drawn (everything else is saved).
   std::string pictures_error;
+  bool skipped_said = false;  // the pictures left out for the run's T, told once
   auto save_version = [&](const char* state) -> bool {
     RunFolderWriter& writer = *writer_of_lead;
     const std::string& dir = writer.begin();
@@ -290,7 +291,10 @@ int run_train(const TrainArgs& a, Collective* group) {
     const auto& losses = contents.losses;
     bool pictures_ok = true;
     pictures_error.clear();
-    if (!a.no_pictures) pictures_ok = draw_pictures(contents, dir, &written, &pictures_error);
+    std::string skipped;
+    if (!a.no_pictures) pictures_ok = draw_pictures(contents, dir, &written, &pictures_error, {}, &skipped);
+    if (!skipped.empty() && !skipped_said) std::fprintf(stderr, "warning: %s\n", skipped.c_str());
+    skipped_said = skipped_said || !skipped.empty();
     pictures_error = writer.in_folder_terms(pictures_error);
     set_pictures_outcome(&contents, !a.no_pictures && pictures_ok, pictures_error);
     write_json(dir + "/metrics.json", contents.metrics);
@@ -486,8 +490,9 @@ int run_infer(const InferArgs& a) {
     } catch (const FileError& e) {
       throw FileError(writer.in_folder_terms(e.what()) + " (" + a.out + " is unchanged)");
     }
-    std::string error;
-    const bool pictures_ok = draw_pictures(contents, dir, &written, &error);
+    std::string error, skipped;
+    const bool pictures_ok = draw_pictures(contents, dir, &written, &error, {}, &skipped);
+    if (!skipped.empty()) std::fprintf(stderr, "warning: %s\n", skipped.c_str());
     error = writer.in_folder_terms(error);
     writer.commit(CarryOver::kUserFiles);
     std::string names;
