@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -65,6 +66,16 @@ int64_t int_entry(const std::map<std::string, std::string>& meta, const std::str
   int64_t v = 0;
   if (!parse_int(s, &v))
     throw FileError(path + ": checkpoint metadata 'config." + key + "' = '" + s + "' is not an integer");
+  return v;
+}
+
+// An integer entry within [lo, hi].
+int64_t int_entry_in(const std::map<std::string, std::string>& meta, const std::string& key, int64_t lo, int64_t hi,
+                     const std::string& path) {
+  const int64_t v = int_entry(meta, key, path);
+  if (v < lo || v > hi)
+    throw FileError(path + ": checkpoint metadata 'config." + key + "' = '" + entry(meta, key, path) +
+                    "' is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return v;
 }
 
@@ -190,25 +201,42 @@ std::map<std::string, std::string> config_entries(const ModelConfig& c, const Tr
   e["seed"] = std::to_string(o.seed);
   e["sample"] = std::to_string(o.sample);
   e["data"] = o.data_path.empty() ? "generated" : o.data_path;
+  if (!o.data_fingerprint.empty()) e["data_fnv1a"] = o.data_fingerprint;
   return e;
 }
 
 ModelConfig model_config_from_metadata(const std::map<std::string, std::string>& meta, const std::string& path) {
   const ModelConfig c = model_config_from_json(model_json_from_metadata(meta, path), path);
+  // eval, infer and --resume follow the task's rule (its data, its targets).
+  const std::vector<std::string>& tasks = known_tasks();
+  if (std::find(tasks.begin(), tasks.end(), c.task) == tasks.end()) {
+    std::string known;
+    for (const auto& t : tasks) known += (known.empty() ? "" : ", ") + t;
+    throw FileError(path + ": checkpoint metadata 'config.task' = '" + c.task + "' is not a task (known: " + known +
+                    ")");
+  }
   check_config_against_tensors(c, read_safetensors_header(path), path);
   return c;
 }
 
 TrainerOptions trainer_options_from_metadata(const std::map<std::string, std::string>& meta, const std::string& path) {
+  // The command line's ranges (tools/cli_parser.cc); generated sets are drawn in memory at
+  // that size, data from a file brings its own.
+  constexpr int64_t kMaxEpochs = 1000000000, kMaxBatchSize = 1000000, kMaxGeneratedSize = 100000000;
+  constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
   TrainerOptions o;
-  o.training.epochs = int_entry(meta, "epochs", path);
-  o.training.batch_size = int_entry(meta, "batch_size", path);
+  const std::string& data = entry(meta, "data", path);
+  o.data_path = data == "generated" ? "" : data;
+  o.training.epochs = int_entry_in(meta, "epochs", 0, kMaxEpochs, path);
+  o.training.batch_size = int_entry_in(meta, "batch_size", 1, kMaxBatchSize, path);
   const std::string& lr = entry(meta, "lr", path);
   char* end = nullptr;
   o.training.lr = std::strtof(lr.c_str(), &end);
-  if (lr.empty() || *end != '\0') throw FileError(path + ": checkpoint metadata 'config.lr' = '" + lr + "' is not a number");
-  o.training.train_size = int_entry(meta, "train_size", path);
-  o.training.val_size = int_entry(meta, "val_size", path);
+  if (lr.empty() || *end != '\0' || !(o.training.lr > 0) || !std::isfinite(o.training.lr))
+    throw FileError(path + ": checkpoint metadata 'config.lr' = '" + lr + "' is not a positive finite number");
+  const int64_t max_size = o.data_path.empty() ? kMaxGeneratedSize : kMaxInt;
+  o.training.train_size = int_entry_in(meta, "train_size", 1, max_size, path);
+  o.training.val_size = int_entry_in(meta, "val_size", 1, max_size, path);
   const std::string& steps = entry(meta, "snapshot_steps", path);
   if (steps != "none") {
     size_t pos = 0;
@@ -222,10 +250,15 @@ TrainerOptions trainer_options_from_metadata(const std::map<std::string, std::st
       pos = comma + 1;
     }
   }
-  o.seed = static_cast<uint64_t>(int_entry(meta, "seed", path));
-  o.sample = int_entry(meta, "sample", path);
-  const std::string& data = entry(meta, "data", path);
-  o.data_path = data == "generated" ? "" : data;
+  o.seed = static_cast<uint64_t>(int_entry_in(meta, "seed", 0, kMaxInt, path));
+  o.sample = int_entry_in(meta, "sample", 0, o.training.val_size - 1, path);
+  const auto fingerprint = meta.find("config.data_fnv1a");  // absent in older checkpoints
+  if (fingerprint != meta.end()) {
+    const std::string& f = fingerprint->second;
+    if (f.size() != 16 || f.find_first_not_of("0123456789abcdef") != std::string::npos)
+      throw FileError(path + ": checkpoint metadata 'config.data_fnv1a' = '" + f + "' is not 16 hex digits");
+    o.data_fingerprint = f;
+  }
   return o;
 }
 

@@ -4,8 +4,9 @@
 //
 // Entries are strings: integers in decimal, booleans "true"/"false", the head "mlp" or
 // "layernorm-linear", the learning rate with 9 significant digits, snapshot steps
-// comma-separated or "none", the data path or "generated". The model's keys are those of
-// model_config_to_json (models/model_config_json.h).
+// comma-separated or "none", the data path or "generated" and, for data from a file,
+// "data_fnv1a": its task_data_fingerprint in 16 hex digits (absent in older checkpoints).
+// The model's keys are those of model_config_to_json (models/model_config_json.h).
 #pragma once
 #include <map>
 #include <string>
@@ -23,11 +24,14 @@ std::map<std::string, std::string> config_entries(const ModelConfig& model, cons
 // Rebuilds the model configuration from read_checkpoint_metadata(path) and checks its sizes
 // against the tensors in the header of the checkpoint file `path` (check_config_against_tensors),
 // so a config that asks for more than the file holds fails here, before anything is allocated.
-// Throws FileError naming `path` and the entry for a missing or malformed entry, or the entry
-// and the tensor for a size that disagrees.
+// The task must be one attnkit knows (eval, infer and --resume follow its rule). Throws
+// FileError naming `path`, the entry and its value for a missing, malformed or invalid entry,
+// or the entry and the tensor for a size that disagrees.
 ModelConfig model_config_from_metadata(const std::map<std::string, std::string>& meta, const std::string& path);
 
-// The training options stored with it (epochs, batch_size, lr, seed, sizes, snapshot steps).
+// The training options stored with it (epochs, batch_size, lr, seed, sizes, snapshot steps,
+// data), each within the command line's range (e.g. epochs in [0, 10^9], lr positive and
+// finite, sample inside the validation set); a FileError names `path`, the entry and its value.
 TrainerOptions trainer_options_from_metadata(const std::map<std::string, std::string>& meta, const std::string& path);
 
 // Checks that the parameters a model of `config` declares are exactly the parameter tensors

@@ -57,6 +57,7 @@ void validate_config(const ModelConfig& c) {
   positive(c.heads, "heads");
   positive(c.layers, "layers");
   if (c.head == HeadKind::kMlp) positive(c.mlp_hidden, "mlp_hidden");
+  if (c.mlp_hidden < 0) throw Error("model config: mlp_hidden must be >= 0, got " + std::to_string(c.mlp_hidden));
   if (c.block_mlp < 0) throw Error("model config: block_mlp must be >= 0, got " + std::to_string(c.block_mlp));
   if (c.d_model % c.heads != 0)
     throw Error("model config: d_model " + std::to_string(c.d_model) + " is not divisible by heads " +

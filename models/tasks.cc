@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "engine/error.h"
+#include "engine/hash.h"
 #include "engine/npy.h"
 #include "engine/npz.h"
 
@@ -243,11 +244,26 @@ Dataset load_sequences(const std::string& path, const ModelConfig& c, const std:
   return d;
 }
 
+uint64_t task_data_fingerprint(const TaskData& data) {
+  Fnv1a h;
+  for (const Dataset* d : {&data.train, &data.val}) {
+    h.add(&d->size, sizeof d->size);
+    h.add(d->x);
+    h.add(d->y);
+  }
+  return h.h;
+}
+
 TaskData load_task_data(const std::string& path, const ModelConfig& c, const std::string& config_source) {
   const auto arrays = read_npz(path);
   TaskData data;
   data.train = dataset_from(arrays, path, "X_train", "Y_train", c, config_source);
   data.val = dataset_from(arrays, path, "X_val", "Y_val", c, config_source);
+  // A set without a single answer trains nothing, or scores an accuracy of 0 of 0 positions.
+  for (const auto& [set, name] : {std::pair<const Dataset*, const char*>{&data.train, "Y_train"}, {&data.val, "Y_val"}})
+    if (std::none_of(set->y.begin(), set->y.end(), [](int32_t t) { return t >= 0; }))
+      throw FileError(path + ": '" + name + "' has no target to learn or score: all " + std::to_string(set->y.size()) +
+                      " are -1 (no answer)");
   return data;
 }
 

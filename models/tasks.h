@@ -71,9 +71,14 @@ void validate_dataset(const Dataset& d, const ModelConfig& config, const std::st
 // Reads X_train, Y_train, X_val, Y_val (integer arrays [N, T], written by np.savez or
 // np.savez_compressed) and validates them against config, which comes from config_source
 // (e.g. "the checkpoint runs/x/model.safetensors" when resuming). Throws FileError / Error
-// naming the file, the array and config_source.
+// naming the file, the array and config_source; also when Y_train or Y_val is all −1 (nothing
+// to train on, or an accuracy of 0 of 0 positions).
 TaskData load_task_data(const std::string& path, const ModelConfig& config,
                         const std::string& config_source = "the model");
+
+// FNV-1a (engine/hash.h) of both sets' sizes, tokens and targets as int32: what identifies the
+// data a model trained on, whatever dtype or compression the file used.
+uint64_t task_data_fingerprint(const TaskData& data);
 
 // Sequences to evaluate or run: an .npz with X (or X_val) and optionally Y (or Y_val), or an
 // .npy of tokens [N, T]; integer arrays, checked against config like load_task_data (errors

@@ -41,6 +41,13 @@ ExecutorOptions runner_options(int threads, uint64_t seed, bool with_backward) {
   return o;
 }
 
+// 16 hex digits: the checkpoint's "data_fnv1a" entry.
+std::string fingerprint_text(uint64_t h) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
 }  // namespace
 
 ModelRunner::ModelRunner(const ModelConfig& config, int64_t max_batch, int threads, uint64_t seed,
@@ -112,6 +119,7 @@ Trainer::Trainer(const ModelConfig& config, const TrainerOptions& options, TaskD
   adam_options.lr = t.lr;
   adam_ = std::make_unique<Adam>(runner_.executor().param_count(), adam_options);
   epoch_rng_state_ = order_rng_.state();
+  if (!options_.data_path.empty()) options_.data_fingerprint = fingerprint_text(task_data_fingerprint(data_));
 }
 
 int64_t Trainer::batches_per_epoch() const {
@@ -120,6 +128,14 @@ int64_t Trainer::batches_per_epoch() const {
 }
 
 void Trainer::resume(const std::string& path) {
+  // Checked before loading: a refused checkpoint leaves the parameters as they were.
+  const auto meta = read_checkpoint_metadata(path);
+  const auto recorded = meta.find("config.data_fnv1a");
+  if (recorded != meta.end() && recorded->second != options_.data_fingerprint)
+    throw FileError(path + ": trained on data with fingerprint " + recorded->second + " ('config.data_fnv1a'), but " +
+                    (options_.data_path.empty() ? std::string("the generated data")
+                                                : options_.data_path + " now holds other data") +
+                    " (fingerprint " + (options_.data_fingerprint.empty() ? "none" : options_.data_fingerprint) + ")");
   const TrainingState st = runner_.load(path, adam_.get());
   if (st.batch_in_epoch < 0 || st.batch_in_epoch >= batches_per_epoch() || st.epoch < 0)
     throw FileError(path + ": data position (epoch " + std::to_string(st.epoch) + ", batch " +
@@ -409,13 +425,8 @@ Accuracy Trainer::group_evaluate(const Dataset& d) {
 void Trainer::check_group_agrees() {
   group_checked_ = true;
   const Executor& ex = runner_.executor();
-  Fingerprint model, data, state;
+  Fingerprint model, state;
   for (const auto& [key, value] : config_entries(runner_.config(), options_)) model.add(key), model.add(value);
-  for (const Dataset* d : {&data_.train, &data_.val}) {
-    data.add(&d->size, sizeof d->size);
-    data.add(d->x);
-    data.add(d->y);
-  }
   state.add(ex.params(), static_cast<size_t>(ex.param_count()) * sizeof(float));
   state.add(adam_->m(), static_cast<size_t>(adam_->size()) * sizeof(float));
   state.add(adam_->v(), static_cast<size_t>(adam_->size()) * sizeof(float));
@@ -426,7 +437,7 @@ void Trainer::check_group_agrees() {
   const std::pair<const char*, uint64_t> checks[] = {
       {"the SIMD target (a different CPU? set ATTNKIT_SIMD_TARGET alike on every rank)", target.h},
       {"the model and training options", model.h},
-      {"the training and validation data", data.h},
+      {"the training and validation data", task_data_fingerprint(data_)},
       {"the parameters, optimizer state and data position (checkpoint) it starts from", state.h}};
   for (const auto& [what, h] : checks) {
     const std::vector<uint64_t> all = group_->all_gather(h);

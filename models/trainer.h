@@ -31,6 +31,10 @@ struct TrainerOptions {
   int threads = 1;
   int64_t sample = 0;  // validation sequence whose attention is snapshotted
   std::string data_path;  // the .npz the data came from ("" = generated from the seed)
+  // task_data_fingerprint of that file's data, 16 hex digits ("" = generated data, or a
+  // checkpoint older than the entry). The Trainer sets it from its data; resume() refuses a
+  // checkpoint whose recorded fingerprint differs (the file changed since).
+  std::string data_fingerprint;
   // After every step, look for NaN/Inf in the loss, the gradients and the updated parameters
   // and stop with a NumericError naming the step and the tensor (costs ~1% of a lesson step).
   bool check_finite = true;
@@ -100,6 +104,8 @@ class Trainer {
   Trainer(const ModelConfig& config, const TrainerOptions& options, TaskData data);
 
   // Loads parameters, Adam moments and the data position from a checkpoint of the same model.
+  // A checkpoint that records the fingerprint of other data than this Trainer's (the .npz
+  // changed since) is a FileError naming the checkpoint and the data file.
   void resume(const std::string& checkpoint_path);
 
   // Trains until options.training.epochs epochs are done (returns true), or until `stop`,

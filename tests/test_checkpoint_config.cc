@@ -188,6 +188,38 @@ TEST_CASE("a checkpoint config asking for absurd sizes is refused before anythin
   expect("pre_norm", "false", "config pre_norm = false but the checkpoint has tensor 'layers.0.ln1.weight'");
 }
 
+TEST_CASE("every corrupted checkpoint entry is a FileError naming the file, the key and the value") {
+  TempDir dir;
+  const std::string real = dir / "real.safetensors";
+  const std::string edited = dir / "edited.safetensors";
+  write_checkpoint(real, lesson_config("neighbor-sum"));
+  auto expect = [&](const std::string& key, const std::string& value, const std::string& phrase) {
+    edit_metadata(real, edited, "config." + key, value);
+    INFO(key << " = " << value);
+    require_file_error(
+        [&] {
+          const auto meta = read_checkpoint_metadata(edited);
+          model_config_from_metadata(meta, edited);
+          trainer_options_from_metadata(meta, edited);
+        },
+        edited, phrase);
+  };
+  expect("lr", "nan", "'config.lr' = 'nan' is not a positive finite number");
+  expect("lr", "-0.01", "'config.lr' = '-0.01' is not a positive finite number");
+  expect("lr", "inf", "'config.lr' = 'inf'");
+  expect("batch_size", "0", "'config.batch_size' = '0' is outside [1, 1000000]");
+  expect("epochs", "99999999999", "'config.epochs' = '99999999999' is outside [0, 1000000000]");
+  expect("epochs", "-1", "'config.epochs' = '-1' is outside");
+  expect("seed", "-1", "'config.seed' = '-1' is outside [0, 9223372036854775807]");
+  expect("train_size", "0", "'config.train_size' = '0' is outside [1, 100000000]");
+  expect("val_size", "1000000000", "'config.val_size' = '1000000000' is outside [1, 100000000]");
+  expect("sample", "500", "'config.sample' = '500' is outside [0, 499]");
+  expect("task", "foo", "'config.task' = 'foo' is not a task (known: neighbor-sum");
+  // reversal's head has no hidden layer: its mlp_hidden is unused, but not any number.
+  write_checkpoint(real, lesson_config("reversal"));
+  expect("mlp_hidden", "-1", "mlp_hidden must be >= 0, got -1");
+}
+
 // The checkpoint at `from` rewritten to `to` with element `flat` of tensor `name` set to v.
 void poison(const std::string& from, const std::string& to, const std::string& name, int64_t flat, float v) {
   SafetensorsFile f = read_safetensors(from);
@@ -246,6 +278,38 @@ TEST_CASE("trainer: the graph follows the training set, not a batch size far abo
   // Batch sizes within the set keep their graph.
   Trainer normal(c, options(16), data);
   CHECK(normal.executor().graph().max_batch() == 16);
+}
+
+TEST_CASE("trainer: a checkpoint records its data file's fingerprint; other data is refused, older checkpoints resume") {
+  TempDir dir;
+  const ModelConfig c = lesson_config("neighbor-sum");
+  TrainerOptions o;
+  o.training = lesson_training("neighbor-sum");
+  o.training.epochs = 1;
+  o.data_path = "lesson.npz";  // a name for the data: the Trainer fingerprints what it is given
+  const std::string path = dir / "m.safetensors", old = dir / "old.safetensors";
+  Trainer first(c, o, generate_task_data(c, 40, 10, 1));
+  first.train();
+  first.save(path);
+  const auto meta = read_checkpoint_metadata(path);
+  REQUIRE(meta.count("config.data_fnv1a") == 1);
+  CHECK(meta.at("config.data_fnv1a") == first.options().data_fingerprint);
+  CHECK(meta.at("config.data_fnv1a").size() == 16);
+
+  Trainer same(c, o, generate_task_data(c, 40, 10, 1));
+  same.resume(path);
+  CHECK(same.step() == first.step());
+  Trainer other(c, o, generate_task_data(c, 40, 10, 2));
+  require_file_error([&] { other.resume(path); }, path, "lesson.npz now holds other data");
+  CHECK(other.step() == 0);  // nothing loaded
+
+  // A checkpoint from before the entry resumes on any data, as it did.
+  SafetensorsFile f = read_safetensors(path);
+  f.metadata.erase("config.data_fnv1a");
+  write_safetensors(old, f.tensors, f.metadata);
+  CHECK(trainer_options_from_metadata(read_checkpoint_metadata(old), old).data_fingerprint.empty());
+  other.resume(old);
+  CHECK(other.step() == first.step());
 }
 
 }  // namespace

@@ -172,6 +172,62 @@ TEST_CASE("resume: 2 epochs + resume to 4 equals 4 epochs, bitwise") {
   expect_usage_error("train reversal --resume '" + (dir / "half").string() + "'", "neighbor-sum", dir);
 }
 
+TEST_CASE("resume: loss.csv must hold the earlier steps; without attention.npy nothing changes; without snapshots.npy a warning") {
+  const fs::path dir = scratch("resume_missing");
+  const std::string common = "train neighbor-sum --train-size 300 --val-size 40 --seed 3 --snapshot-steps 0,4,7 --no-pictures ";
+  REQUIRE(attnkit(common + "--epochs 4 --out '" + (dir / "full").string() + "'", dir).code == 0);
+  REQUIRE(attnkit(common + "--epochs 2 --out '" + (dir / "half").string() + "'", dir).code == 0);
+  // A copy of the 2-epoch run (step 10) without `name`, or with loss.csv cut to 3 steps.
+  auto copy_without = [&](const std::string& name) {
+    const fs::path copy = dir / ("no-" + name);
+    fs::copy(dir / "half", copy, fs::copy_options::recursive);
+    if (name == "short") std::ofstream(copy / "loss.csv") << "step,loss\n1,2.5\n2,2.4\n3,2.3\n";
+    else fs::remove(copy / name);
+    return copy;
+  };
+  auto resume = [&](const fs::path& from) {
+    return "train neighbor-sum --epochs 4 --no-pictures --resume '" + from.string() + "' --out '" +
+           (dir / ("out-" + from.filename().string())).string() + "'";
+  };
+  const fs::path no_loss = copy_without("loss.csv");
+  expect_runtime_error(resume(no_loss), (no_loss / "loss.csv").string() + ": missing (the checkpoint is at step 10", dir);
+  expect_runtime_error(resume(copy_without("short")), "loss.csv: has 3 steps (the checkpoint is at step 10", dir);
+  CHECK_FALSE(fs::exists(dir / "out-no-loss.csv"));
+  CHECK_FALSE(fs::exists(dir / "out-no-short"));
+
+  // attention.npy is drawn anew: the resumed run is the uninterrupted one.
+  const Result r = attnkit(resume(copy_without("attention.npy")), dir);
+  REQUIRE(r.code == 0);
+  CHECK(r.err.empty());
+  for (const char* f : {"model.safetensors", "loss.csv", "attention.npy", "snapshots.npy"}) {
+    INFO(f);
+    CHECK(slurp(dir / "full" / f) == slurp(dir / "out-no-attention.npy" / f));
+  }
+
+  // Snapshots are labelled by step: the run goes on with the losses, and says what is lost.
+  const fs::path no_snapshots = copy_without("snapshots.npy");
+  const Result w = attnkit(resume(no_snapshots), dir);
+  REQUIRE(w.code == 0);
+  CHECK(w.err == "warning: " + (no_snapshots / "snapshots.npy").string() +
+                     ": missing, so the snapshots of steps 0, 4, 7 (taken before the checkpoint's step 10) are not "
+                     "carried over\n");
+  CHECK(slurp(dir / "full" / "loss.csv") == slurp(dir / "out-no-snapshots.npy" / "loss.csv"));
+  CHECK_FALSE(fs::exists(dir / "out-no-snapshots.npy" / "snapshots.npy"));
+}
+
+TEST_CASE("eval's default seed (the training seed + 1000) stays a seed --seed accepts, for the largest one too") {
+  const fs::path dir = scratch("eval_seed");
+  const std::string run = (dir / "run").string();
+  REQUIRE(attnkit("train reversal --seed 9223372036854775807 --epochs 1 --train-size 64 --val-size 20 --no-pictures "
+                  "--quiet --out '" + run + "'", dir).code == 0);
+  const Result fresh = attnkit("eval --checkpoint '" + run + "'", dir);
+  REQUIRE(fresh.code == 0);
+  CHECK(fresh.out.find("20 fresh sequences (seed 999)") != std::string::npos);  // (2^63 − 1 + 1000) mod 2^63
+  const Result again = attnkit("eval --checkpoint '" + run + "' --seed 999", dir);
+  REQUIRE(again.code == 0);
+  CHECK(again.out == fresh.out);
+}
+
 TEST_CASE("train with data from numpy trains on its arrays, and bad arrays are clear errors") {
   const fs::path dir = scratch("data");
   numpy(R"(
@@ -201,6 +257,31 @@ np.savez(d + '/token.npz', X_train=Xt, Y_train=Yt, X_val=Xb, Y_val=Yv)
   expect_runtime_error("train reversal --data '" + (dir / "dup.npz").string() + "'", "length 10", dir);
 }
 
+TEST_CASE("resume: other --data is a usage error, a changed .npz behind the checkpoint an error naming it") {
+  const fs::path dir = scratch("resume_data");
+  numpy(R"(
+def save(name, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.integers(0, 12, (260, 10))
+    Y = ((X[:, :, None] == X[:, None, :]).sum(axis=-1) > 1).astype(int)
+    np.savez(d + '/' + name, X_train=X[:200], Y_train=Y[:200], X_val=X[200:], Y_val=Y[200:])
+save('a.npz', 0); save('b.npz', 1); save('a_again.npz', 0)
+)", dir);
+  const std::string a = (dir / "a.npz").string(), b = (dir / "b.npz").string(), run = (dir / "run").string();
+  REQUIRE(attnkit("train duplicates --epochs 1 --no-pictures --data '" + a + "' --out '" + run + "'", dir).code == 0);
+  const std::string resume = "train duplicates --epochs 2 --no-pictures --resume '" + run + "' ";
+  expect_usage_error(resume + "--data '" + b + "'", "--data " + b + " differs from the checkpoint's " + a, dir);
+  CHECK(attnkit(resume + "--data '" + (dir / "." / "a.npz").string() + "' --out '" + (dir / "same").string() + "'", dir)
+            .code == 0);
+  // Another file with the same arrays in place of a.npz resumes; other arrays are refused.
+  fs::copy_file(dir / "a_again.npz", dir / "a.npz", fs::copy_options::overwrite_existing);
+  CHECK(attnkit(resume + "--out '" + (dir / "again").string() + "'", dir).code == 0);
+  fs::copy_file(dir / "b.npz", dir / "a.npz", fs::copy_options::overwrite_existing);
+  expect_runtime_error(resume + "--out '" + (dir / "changed").string() + "'", a + " now holds other data", dir);
+  CHECK_FALSE(fs::exists(dir / "changed"));
+  CHECK(json_file(fs::path(run) / "metrics.json")["epochs"] == 1);  // nothing rewritten
+}
+
 TEST_CASE("usage errors exit 2 naming the flag, missing files exit 1 with one error line") {
   const fs::path dir = scratch("errors");
   expect_usage_error("train no-such-task", "no-such-task", dir);
@@ -218,6 +299,50 @@ TEST_CASE("usage errors exit 2 naming the flag, missing files exit 1 with one er
   expect_runtime_error("train reversal --data '" + (dir / "missing.npz").string() + "'", "missing.npz", dir);
   expect_runtime_error("rollout '" + (dir / "missing.npy").string() + "' --out x.npy", "missing.npy", dir);
   CHECK(attnkit("--help", dir).code == 0);
+}
+
+TEST_CASE("sizes beyond memory, data without answers, and .npy outputs named .png are refused, naming them") {
+  const fs::path dir = scratch("refused");
+  // 10^8 sequences of 4096 tokens: 3.3 TB, refused before anything is allocated.
+  expect_usage_error("train neighbor-sum --seq-len 4096 --train-size 100000000 --no-pictures --out '" +
+                         (dir / "huge").string() + "'",
+                     "--train-size 100000000 and --val-size 500: 100000500 sequences of T = 4096 take", dir);
+  CHECK_FALSE(fs::exists(dir / "huge"));
+
+  numpy(R"(
+X = np.random.default_rng(0).integers(0, 12, (50, 10)); Y = np.zeros((50, 10), int)
+np.savez(d + '/no_train.npz', X_train=X, Y_train=Y - 1, X_val=X, Y_val=Y)
+np.savez(d + '/no_val.npz', X_train=X, Y_train=Y, X_val=X, Y_val=Y - 1)
+np.save(d + '/maps.npy', np.full((1, 1, 4, 4), 0.25))
+)", dir);
+  expect_runtime_error("train duplicates --data '" + (dir / "no_train.npz").string() + "'",
+                       "no_train.npz: 'Y_train' has no target to learn or score: all 500 are -1", dir);
+  expect_runtime_error("train duplicates --data '" + (dir / "no_val.npz").string() + "'",
+                       "no_val.npz: 'Y_val' has no target to learn or score", dir);
+
+  const std::string png = (dir / "r.png").string();
+  expect_usage_error("rollout '" + (dir / "maps.npy").string() + "' --out '" + png + "'",
+                     "--out: '" + png + "' does not end in .npy", dir);
+  expect_usage_error("demo alignment --out '" + png + "'", "--out: '" + png + "' does not end in .npy", dir);
+  CHECK_FALSE(fs::exists(png));
+}
+
+TEST_CASE("T over 512: links.png and report.html are left out with one warning line, the other pictures drawn") {
+  const fs::path dir = scratch("long_t");
+  const fs::path run = dir / "run";
+  const Result r = attnkit("train reversal --seq-len 600 --vocab 16 --d-model 8 --epochs 1 --train-size 4 --val-size 1 "
+                           "--batch-size 4 --quiet --out '" + run.string() + "'", dir);
+  CHECK(r.code == 0);
+  CHECK(r.err == "warning: T = 600: links.png not drawn (link diagrams show at most 512 tokens a side); report.html "
+                 "not written (a report shows at most 512 tokens a side)\n");
+  for (const char* f : {"attention.png", "loss.png", "snapshots.png", "model.safetensors"}) CHECK(fs::exists(run / f));
+  CHECK_FALSE(fs::exists(run / "links.png"));
+  CHECK_FALSE(fs::exists(run / "report.html"));
+  CHECK(json_file(run / "metrics.json")["pictures_written"] == true);
+  // render draws the folder again the same way.
+  const Result again = attnkit("render '" + run.string() + "'", dir);
+  CHECK(again.code == 0);
+  CHECK(again.err == r.err);
 }
 
 TEST_CASE("version names the SIMD target and ATTNKIT_SIMD_TARGET forces a lower one or is a usage error") {

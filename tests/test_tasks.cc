@@ -114,7 +114,7 @@ TEST_CASE("attention rollout matches lesson 004's hand example") {
   for (int64_t i = 0; i < T; ++i) A2[i * T + i] = 1;  // layer 2: identity, but "он" → 0.2 self, 0.8 "кота"
   A2[3 * T + 3] = 0.2f;
   A2[3 * T + 2] = 0.8f;
-  const std::vector<double> R = attention_rollout(maps.data(), 2, 1, T);
+  const std::vector<float> R = attention_rollout(maps.data(), 2, 1, T);
   const double want[6][6] = {{1, 0, 0, 0, 0, 0},   {.5, .5, 0, 0, 0, 0}, {0, .5, .5, 0, 0, 0},
                              {0, .2, .5, .3, 0, 0}, {0, 0, 0, .5, .5, 0}, {0, 0, 0, 0, .5, .5}};
   for (int64_t i = 0; i < T; ++i)
@@ -130,18 +130,58 @@ TEST_CASE("attention rollout of random softmax maps: rows sum to 1, heads averag
     for (int64_t j = 0; j < T; ++j) s += (maps[static_cast<size_t>(r * T + j)] = rng.uniform());
     for (int64_t j = 0; j < T; ++j) maps[static_cast<size_t>(r * T + j)] /= s;
   }
-  const std::vector<double> R = attention_rollout(maps.data(), L, H, T);
+  const std::vector<float> R = attention_rollout(maps.data(), L, H, T);  // float32, as the files hold it
   for (int64_t i = 0; i < T; ++i) {
     double s = 0;
     for (int64_t j = 0; j < T; ++j) s += R[static_cast<size_t>(i * T + j)];
-    CHECK(s == Approx(1.0).margin(1e-12));
+    CHECK(s == Approx(1.0).margin(1e-6));
   }
   // One layer of two heads equals one layer of their mean.
   std::vector<double> mean(static_cast<size_t>(T * T));
   for (size_t e = 0; e < mean.size(); ++e) mean[e] = 0.5 * (maps[e] + maps[e + mean.size()]);
-  const std::vector<double> a = attention_rollout(maps.data(), 1, 2, T), b = attention_rollout(mean.data(), 1, 1, T);
-  for (size_t e = 0; e < a.size(); ++e) CHECK(a[e] == Approx(b[e]).margin(1e-12));
+  const std::vector<float> a = attention_rollout(maps.data(), 1, 2, T), b = attention_rollout(mean.data(), 1, 1, T);
+  for (size_t e = 0; e < a.size(); ++e) CHECK(a[e] == Approx(b[e]).margin(1e-7));
   CHECK_THROWS_AS(attention_rollout(maps.data(), 0, 1, T), Error);
+}
+
+TEST_CASE("attention rollout at T = 300 equals a naive double product; T over the limit is an Error naming it") {
+  Rng rng(9);
+  const int64_t L = 3, H = 2, T = 300;
+  std::vector<float> maps(static_cast<size_t>(L * H * T * T));
+  for (int64_t r = 0; r < L * H * T; ++r) {
+    float s = 0;
+    for (int64_t j = 0; j < T; ++j) s += (maps[static_cast<size_t>(r * T + j)] = static_cast<float>(rng.uniform()));
+    for (int64_t j = 0; j < T; ++j) maps[static_cast<size_t>(r * T + j)] /= s;
+  }
+  std::vector<double> want(static_cast<size_t>(T * T), 0.0), A(want.size()), next(want.size());
+  for (int64_t i = 0; i < T; ++i) want[static_cast<size_t>(i * T + i)] = 1;
+  for (int64_t l = 0; l < L; ++l) {
+    for (int64_t i = 0; i < T; ++i) {
+      double sum = 0;
+      for (int64_t j = 0; j < T; ++j) {
+        double a = 0;
+        for (int64_t h = 0; h < H; ++h) a += maps[static_cast<size_t>(((l * H + h) * T + i) * T + j)];
+        sum += (A[static_cast<size_t>(i * T + j)] = 0.5 * a / H + (i == j ? 0.5 : 0.0));
+      }
+      for (int64_t j = 0; j < T; ++j) A[static_cast<size_t>(i * T + j)] /= sum;
+    }
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j < T; ++j) {
+        double v = 0;
+        for (int64_t k = 0; k < T; ++k) v += A[static_cast<size_t>(i * T + k)] * want[static_cast<size_t>(k * T + j)];
+        next[static_cast<size_t>(i * T + j)] = v;
+      }
+    want.swap(next);
+  }
+  const std::vector<float> R = attention_rollout(maps.data(), L, H, T);
+  double worst = 0;
+  for (size_t e = 0; e < R.size(); ++e) worst = std::max(worst, std::abs(R[e] - want[e]));
+  CHECK(worst < 1e-6);
+
+  const int64_t big = kMaxRolloutT + 1;
+  const std::vector<float> huge(static_cast<size_t>(big * big), 1.0f / static_cast<float>(big));
+  CHECK_THROWS_WITH(attention_rollout(huge.data(), 1, 1, big),
+                    Catch::Contains("T = 4097 is over the limit of 4096"));
 }
 
 TEST_CASE("general stack: pre-LN blocks with MLP match the double reference, and one layer keeps lesson names") {

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -16,6 +17,8 @@
 namespace attnkit::cli {
 
 namespace {
+
+namespace fs = std::filesystem;
 
 // Long names of the options the user gave (without dashes).
 std::vector<std::string> given_flags(const CLI::App* app) {
@@ -74,6 +77,18 @@ CLI::Validator real_in(double lo, double hi) {
 CLI::Validator path_given() {
   return CLI::Validator([](std::string& text) -> std::string { return text.empty() ? "expected a path, got ''" : ""; },
                         "PATH", "path_given");
+}
+
+// An output written as .npy: another extension would name a format the file is not in.
+CLI::Validator npy_path() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (text.empty()) return "expected a path, got ''";
+        if (fs::path(text).extension() != ".npy")
+          return "'" + text + "' does not end in .npy, the format written (draw it with attnkit render)";
+        return {};
+      },
+      "FILE.npy", "npy_path");
 }
 
 }  // namespace
@@ -190,13 +205,13 @@ CommandLine::CommandLine()
 
   CLI::App* rollout_cmd = rollout_ = app.add_subcommand("rollout", "Attention rollout of a [layers, heads, T, T] .npy");
   rollout_cmd->add_option("input", a.rollout_in, "attention.npy [layers, heads, T, T]")->required()->check(path_given());
-  rollout_cmd->add_option("--out", a.rollout_out, "Output .npy [T, T]")->required()->check(path_given());
+  rollout_cmd->add_option("--out", a.rollout_out, "Output .npy [T, T]")->required()->check(npy_path());
 
   CLI::App* demo_cmd = demo_ = app.add_subcommand("demo", "Lesson 000's demonstrations");
   demo_cmd->add_option("name", a.demo_name, "lookup, scaling, masks or alignment")
       ->required()
       ->check(CLI::IsMember(demo_names()));
-  demo_cmd->add_option("--out", a.demo_out, "alignment: write the 5×7 weights as .npy")->check(path_given());
+  demo_cmd->add_option("--out", a.demo_out, "alignment: write the 5×7 weights as .npy")->check(npy_path());
 
   render_ = add_render_subcommand(app, &a.render);
 }

@@ -108,7 +108,7 @@ int run_infer_data(const InferArgs& a) {
       attention = std::make_unique<NpyStreamWriter>(dir + "/attention.npy", "<f4", std::vector<int64_t>{maps, L, H, T, T});
       if (L > 1) rollout = std::make_unique<NpyStreamWriter>(dir + "/rollout.npy", "<f4", std::vector<int64_t>{maps, T, T});
     }
-    std::vector<float> maps_of_one(static_cast<size_t>(L * H * T * T)), rollout_of_one(static_cast<size_t>(T * T));
+    std::vector<float> maps_of_one(static_cast<size_t>(L * H * T * T));
     size_t next_chosen = 0;
     auto last_draw = t0;
     for (int64_t start = 0; start < d.size; start += p.max_batch()) {
@@ -142,9 +142,8 @@ int run_infer_data(const InferArgs& a) {
                     r.attention[static_cast<size_t>(l)] + (s + 1) * H * T * T, maps_of_one.begin() + l * H * T * T);
         attention->append(maps_of_one.data(), L * H * T * T);
         if (rollout) {
-          const std::vector<double> roll = attention_rollout(maps_of_one.data(), L, H, T);
-          std::copy(roll.begin(), roll.end(), rollout_of_one.begin());
-          rollout->append(rollout_of_one.data(), T * T);
+          const std::vector<float> roll = attention_rollout(maps_of_one.data(), L, H, T);
+          rollout->append(roll.data(), T * T);
         }
       }
       const auto now = std::chrono::steady_clock::now();

@@ -30,9 +30,10 @@ int run_render(const RenderArgs& r) {
     RunFolderWriter writer(out, "attnkit render " + r.input);
     const std::string& staging = writer.begin();
     std::vector<std::string> written;
-    std::string error;
-    if (!draw_pictures(contents, staging, &written, &error, o))
+    std::string error, skipped;
+    if (!draw_pictures(contents, staging, &written, &error, o, &skipped))
       throw Error("pictures not drawn: " + writer.in_folder_terms(error) + " (" + out + " is unchanged)");
+    if (!skipped.empty()) std::fprintf(stderr, "warning: %s\n", skipped.c_str());
     writer.commit(CarryOver::kAll);
     std::string names;
     for (const auto& n : written) names += (names.empty() ? "" : ", ") + n;

@@ -44,12 +44,31 @@ std::string errno_text() { return std::strerror(errno); }
 
 std::string file_in(const std::string& dir, const char* name) { return (fs::path(dir) / name).string(); }
 
-std::vector<float> float_array(const std::string& path, const std::vector<int64_t>& shape) {
+// `whence` says where the expected shape comes from.
+std::vector<float> float_array(const std::string& path, const std::vector<int64_t>& shape,
+                               const char* whence = "attention.npy and meta.json") {
   const NpyArray a = read_npy(path);
   if (a.shape != shape)
     throw FileError(path + ": shape " + render::shape_string(a.shape) + ", expected " + render::shape_string(shape) +
-                    " (from attention.npy and meta.json)");
+                    " (from " + whence + ")");
   return to_float32(a, path);
+}
+
+// meta.json's snapshot_steps, which snapshots.npy needs.
+std::vector<int64_t> snapshot_steps_of(const nlohmann::json& meta, const std::string& meta_path) {
+  if (!meta.contains("snapshot_steps") || !meta["snapshot_steps"].is_array())
+    throw FileError(meta_path + ": no snapshot_steps for snapshots.npy");
+  try {
+    return meta["snapshot_steps"].get<std::vector<int64_t>>();
+  } catch (const nlohmann::json::exception&) {
+    throw FileError(meta_path + ": snapshot_steps is not a list of steps");
+  }
+}
+
+std::string steps_text(const std::vector<int64_t>& steps) {
+  std::string s;
+  for (int64_t x : steps) s += (s.empty() ? "" : ", ") + std::to_string(x);
+  return s;
 }
 
 // meta.json's sizes, where present, must be those of attention.npy.
@@ -174,8 +193,7 @@ RunContents sequence_contents(const ModelConfig& c, const SequenceFiles& f) {
   r.layers = L, r.heads = H, r.T = T;
   r.attention = f.result.attention;
   if (L > 1) {
-    const std::vector<double> roll = attention_rollout(f.result.attention.data(), L, H, T);
-    r.rollout.assign(roll.begin(), roll.end());
+    r.rollout = attention_rollout(f.result.attention.data(), L, H, T);
   }
   r.snapshot_steps = f.snapshot_steps;
   for (const auto& s : f.snapshots) r.snapshots.insert(r.snapshots.end(), s.begin(), s.end());
@@ -207,20 +225,47 @@ RunContents sequence_contents(const ModelConfig& c, const SequenceFiles& f) {
   return r;
 }
 
-EarlierRun earlier_run(const std::string& dir, const ModelConfig& config, int64_t step) {
+EarlierRun earlier_run(const std::string& dir, const ModelConfig& config, int64_t step,
+                       const std::vector<int64_t>& snapshot_steps) {
   EarlierRun e;
-  if (!fs::exists(fs::path(dir) / "attention.npy")) return e;
-  const RunContents old = read_run_folder(dir);
-  e.losses = old.losses;
-  e.losses.resize(std::min<size_t>(e.losses.size(), static_cast<size_t>(step)));
-  const int64_t per = config.layers * config.heads * config.seq_len * config.seq_len;
-  if (old.layers * old.heads * old.T * old.T != per) return e;  // maps of another model: not carried
-  for (size_t i = 0; i < old.snapshot_steps.size(); ++i)
-    if (old.snapshot_steps[i] < step) {
-      e.snapshot_steps.push_back(old.snapshot_steps[i]);
-      e.snapshots.emplace_back(old.snapshots.begin() + static_cast<int64_t>(i) * per,
-                               old.snapshots.begin() + static_cast<int64_t>(i + 1) * per);
-    }
+  if (step == 0) return e;
+  // loss.csv numbers its lines from step 1: without the earlier lines the new ones would be
+  // numbered wrongly, so a missing or short loss.csv is an error, not a fresh start.
+  const std::string loss_path = file_in(dir, "loss.csv");
+  const std::string at_step = " (the checkpoint is at step " + std::to_string(step) +
+                              " and --resume carries the earlier steps' losses over)";
+  if (!fs::exists(loss_path)) throw FileError(loss_path + ": missing" + at_step);
+  e.losses = read_loss_csv(loss_path);
+  if (static_cast<int64_t>(e.losses.size()) < step)
+    throw FileError(loss_path + ": has " + std::to_string(e.losses.size()) + " steps" + at_step);
+  e.losses.resize(static_cast<size_t>(step));
+
+  // Snapshots are labelled by their steps, so missing ones leave a true, shorter record.
+  const std::string snapshots_path = file_in(dir, "snapshots.npy"), meta_path = file_in(dir, "meta.json");
+  if (fs::exists(snapshots_path)) {
+    if (!fs::exists(meta_path)) throw FileError(meta_path + ": missing (it lists the steps of snapshots.npy)");
+    const std::vector<int64_t> steps = snapshot_steps_of(read_json(meta_path), meta_path);
+    const int64_t per = config.layers * config.heads * config.seq_len * config.seq_len;
+    const std::vector<float> maps =
+        float_array(snapshots_path, {static_cast<int64_t>(steps.size()), config.layers, config.heads,
+                                     config.seq_len, config.seq_len}, "meta.json and the checkpoint");
+    for (size_t i = 0; i < steps.size(); ++i)
+      if (steps[i] < step) {
+        e.snapshot_steps.push_back(steps[i]);
+        e.snapshots.emplace_back(maps.begin() + static_cast<int64_t>(i) * per,
+                                 maps.begin() + static_cast<int64_t>(i + 1) * per);
+      }
+  }
+  std::vector<int64_t> missing;
+  for (int64_t s : snapshot_steps)
+    if (s < step && std::find(e.snapshot_steps.begin(), e.snapshot_steps.end(), s) == e.snapshot_steps.end())
+      missing.push_back(s);
+  const std::string which = "steps " + steps_text(missing) + " (taken before the checkpoint's step " +
+                            std::to_string(step) + ")";
+  if (!missing.empty())
+    e.warning = snapshots_path + (fs::exists(snapshots_path) ? ": has no snapshots of " + which + " to carry over"
+                                                             : ": missing, so the snapshots of " + which +
+                                                                   " are not carried over");
   return e;
 }
 
@@ -354,13 +399,7 @@ RunContents read_run_folder(const std::string& dir) {
       throw FileError(meta_path + ": " + key + " is not a list of T = " + std::to_string(T) + " entries");
   if (fs::exists(file_in(dir, "rollout.npy"))) r.rollout = float_array(file_in(dir, "rollout.npy"), {T, T});
   if (fs::exists(file_in(dir, "snapshots.npy"))) {
-    if (!r.meta.contains("snapshot_steps") || !r.meta["snapshot_steps"].is_array())
-      throw FileError(meta_path + ": no snapshot_steps for snapshots.npy");
-    try {
-      r.snapshot_steps = r.meta["snapshot_steps"].get<std::vector<int64_t>>();
-    } catch (const nlohmann::json::exception&) {
-      throw FileError(meta_path + ": snapshot_steps is not a list of steps");
-    }
+    r.snapshot_steps = snapshot_steps_of(r.meta, meta_path);
     r.snapshots = float_array(file_in(dir, "snapshots.npy"),
                               {static_cast<int64_t>(r.snapshot_steps.size()), L, H, T, T});
   }
@@ -391,10 +430,10 @@ render::RunPictures run_pictures(const RunContents& r, const std::string& fallba
 }
 
 bool draw_pictures(const RunContents& contents, const std::string& dir, std::vector<std::string>* written,
-                   std::string* error, const render::RunRenderOptions& options) {
+                   std::string* error, const render::RunRenderOptions& options, std::string* skipped) {
   try {
     const std::vector<std::string> names =
-        render::render_run(run_pictures(contents, fs::path(dir).filename().string()), dir, options);
+        render::render_run(run_pictures(contents, fs::path(dir).filename().string()), dir, options, skipped);
     written->insert(written->end(), names.begin(), names.end());
     return true;
   } catch (const std::exception& e) {  // Error, or bad_alloc from a picture too large to hold

@@ -60,13 +60,17 @@ struct RunContents {
 RunContents sequence_contents(const ModelConfig& config, const SequenceFiles& files);
 
 // What a resumed run keeps of the folder it continues: the losses and snapshots of the steps
-// before `step` (none when the folder has no attention.npy, e.g. a bare checkpoint).
+// before `step`. loss.csv must hold those steps (a FileError naming it otherwise, as the new
+// lines are numbered after them); snapshots the earlier run took (`snapshot_steps` before
+// `step`) that snapshots.npy lacks are not carried, and `warning` says which.
 struct EarlierRun {
   std::vector<float> losses;
   std::vector<int64_t> snapshot_steps;
   std::vector<std::vector<float>> snapshots;
+  std::string warning;  // "" or one line naming snapshots.npy and the steps it lacks
 };
-EarlierRun earlier_run(const std::string& dir, const ModelConfig& config, int64_t step);
+EarlierRun earlier_run(const std::string& dir, const ModelConfig& config, int64_t step,
+                       const std::vector<int64_t>& snapshot_steps);
 
 // A training run's folder at the trainer's current position, all but the checkpoint and the
 // pictures: the sample's maps, the earlier run's losses and snapshots followed by this run's,
@@ -94,9 +98,10 @@ RunContents read_run_folder(const std::string& dir);
 render::RunPictures run_pictures(const RunContents& contents, const std::string& fallback_task);
 
 // Draws the pictures and report.html into dir. On failure removes the pictures it wrote and
-// returns false with the reason in *error (the rest of the folder is kept).
+// returns false with the reason in *error (the rest of the folder is kept). *skipped (when
+// given) names the pictures left out for maps too large for them (render::render_run).
 bool draw_pictures(const RunContents& contents, const std::string& dir, std::vector<std::string>* written,
-                   std::string* error, const render::RunRenderOptions& options = {});
+                   std::string* error, const render::RunRenderOptions& options = {}, std::string* skipped = nullptr);
 
 // "step,loss" lines, steps counted from 1.
 void write_loss_csv(const std::string& path, const std::vector<float>& losses);

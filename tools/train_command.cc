@@ -114,6 +114,25 @@ class StopSignals {
   struct sigaction old_int_ {}, old_term_ {};
 };
 
+// Generated sets are held in memory (tokens and targets, int32 each): sizes beyond the
+// machine's memory are refused before anything is allocated. `what` names where n came from.
+void check_generated_size(int64_t n, int64_t T, const std::string& what) {
+  const double bytes = static_cast<double>(n) * static_cast<double>(T) * 2 * sizeof(int32_t);
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (memory > 0 && bytes > memory)
+    throw UsageError(fmt::format("{}: {} sequences of T = {} take {:.1f} GB as tokens and targets, more than this "
+                                 "machine's {:.1f} GB of memory",
+                                 what, n, T, bytes / 1e9, memory / 1e9));
+}
+
+// Two paths that name one file (or, where either is missing, read alike).
+bool same_file(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return a == b;
+  std::error_code ec;
+  const bool same = fs::equivalent(a, b, ec);
+  return ec ? fs::path(a).lexically_normal() == fs::path(b).lexically_normal() : same;
+}
+
 // A flag given on --resume must agree with the checkpoint.
 template <typename T>
 void same_as_checkpoint(const TrainArgs& a, const char* flag, const T& given, const T& stored) {
@@ -135,6 +154,7 @@ int run_train(const TrainArgs& a, Collective* group) {
   ModelConfig config;
   TrainerOptions options;
   std::string resume_checkpoint, resume_dir;
+  std::vector<int64_t> stored_snapshot_steps;  // the snapshots the resumed run took
   if (!a.resume.empty()) {
     // The model, data and optimizer settings come from the checkpoint; a flag that repeats the
     // checkpoint's value is accepted, a different one refused. --epochs is the new total.
@@ -165,9 +185,13 @@ int run_train(const TrainArgs& a, Collective* group) {
     } else if (a.has("train-size") || a.has("val-size")) {
       throw UsageError("--train-size and --val-size do not apply with --data (the data sets the sizes)");
     }
+    stored_snapshot_steps = options.training.snapshot_steps;
     if (a.has("epochs")) options.training.epochs = a.epochs;
     if (a.has("snapshot-steps")) options.training.snapshot_steps = parse_steps(a.snapshot_steps);
-    if (a.has("data")) options.data_path = a.data;
+    if (a.has("data") && !same_file(a.data, options.data_path))
+      throw UsageError("--data " + a.data + " differs from the checkpoint's " +
+                       (options.data_path.empty() ? "generated data" : options.data_path) +
+                       " (the model, data and optimizer settings come from the checkpoint when resuming)");
   } else {
     config = lesson_config(a.task);
     if (a.has("seq-len") || a.has("vocab")) {
@@ -214,7 +238,10 @@ int run_train(const TrainArgs& a, Collective* group) {
     options.training.train_size = data.train.size;
     options.training.val_size = data.val.size;
   } else {
-    data = generate_task_data(config, options.training.train_size, options.training.val_size, options.seed);
+    const TrainingConfig& t = options.training;
+    check_generated_size(t.train_size + t.val_size, config.seq_len,
+                         fmt::format("--train-size {} and --val-size {}", t.train_size, t.val_size));
+    data = generate_task_data(config, t.train_size, t.val_size, options.seed);
   }
   if (options.sample >= data.val.size)
     throw UsageError(fmt::format("--sample {} is outside the validation set ({} sequences)", options.sample,
@@ -233,7 +260,10 @@ int run_train(const TrainArgs& a, Collective* group) {
     if (options.training.epochs * nb < done)
       throw UsageError(fmt::format("--epochs {}: the checkpoint has already trained {} steps ({:.3g} epochs of {} steps)",
                                    options.training.epochs, done, static_cast<double>(done) / static_cast<double>(nb), nb));
-    if (lead) earlier = earlier_run(resume_dir, config, done);
+    if (lead) {
+      earlier = earlier_run(resume_dir, config, done, stored_snapshot_steps);
+      if (!earlier.warning.empty()) std::fprintf(stderr, "warning: %s\n", earlier.warning.c_str());
+    }
   }
 
   const bool tty = isatty(fileno(stdout)) != 0;
@@ -243,6 +273,7 @@ int run_train(const TrainArgs& a, Collective* group) {
   // One version of the run folder at the trainer's position: every file, then one commit.
   // Returns false when the pictures could not be drawn (everything else is saved).
   std::string pictures_error;
+  bool skipped_said = false;  // the pictures left out for the run's T, told once
   auto save_version = [&](const char* state) -> bool {
     RunFolderWriter& writer = *writer_of_lead;
     const std::string& dir = writer.begin();
@@ -260,7 +291,10 @@ int run_train(const TrainArgs& a, Collective* group) {
     const auto& losses = contents.losses;
     bool pictures_ok = true;
     pictures_error.clear();
-    if (!a.no_pictures) pictures_ok = draw_pictures(contents, dir, &written, &pictures_error);
+    std::string skipped;
+    if (!a.no_pictures) pictures_ok = draw_pictures(contents, dir, &written, &pictures_error, {}, &skipped);
+    if (!skipped.empty() && !skipped_said) std::fprintf(stderr, "warning: %s\n", skipped.c_str());
+    skipped_said = skipped_said || !skipped.empty();
     pictures_error = writer.in_folder_terms(pictures_error);
     set_pictures_outcome(&contents, !a.no_pictures && pictures_ok, pictures_error);
     write_json(dir + "/metrics.json", contents.metrics);
@@ -371,8 +405,12 @@ int run_eval(const EvalArgs& a) {
       for (int64_t i = 0; i < d.size; ++i) task_targets(m.config, d.tokens(i), d.y.data() + i * d.seq_len);
     source = a.data + (has_targets ? "" : " (targets from the task's rule)");
   } else {
-    const uint64_t seed = std::find(a.given.begin(), a.given.end(), "seed") != a.given.end() ? a.seed : m.options.seed + 1000;
+    // seed + 1000 kept within the seeds --seed takes, [0, 2^63 − 1] (wrapping past the top),
+    // so the seed named below can be given back; the checkpoint's seed is in that range too.
+    const uint64_t fresh_seed = (m.options.seed + 1000) % (uint64_t{1} << 63);
+    const uint64_t seed = std::find(a.given.begin(), a.given.end(), "seed") != a.given.end() ? a.seed : fresh_seed;
     const int64_t n = std::find(a.given.begin(), a.given.end(), "val-size") != a.given.end() ? a.val_size : m.options.training.val_size;
+    check_generated_size(n, m.config.seq_len, "--val-size " + std::to_string(n));
     Rng rng(seed);
     d = generate_dataset(m.config, n, rng);
     source = fmt::format("{} fresh sequences (seed {})", n, seed);
@@ -452,8 +490,9 @@ int run_infer(const InferArgs& a) {
     } catch (const FileError& e) {
       throw FileError(writer.in_folder_terms(e.what()) + " (" + a.out + " is unchanged)");
     }
-    std::string error;
-    const bool pictures_ok = draw_pictures(contents, dir, &written, &error);
+    std::string error, skipped;
+    const bool pictures_ok = draw_pictures(contents, dir, &written, &error, {}, &skipped);
+    if (!skipped.empty()) std::fprintf(stderr, "warning: %s\n", skipped.c_str());
     error = writer.in_folder_terms(error);
     writer.commit(CarryOver::kUserFiles);
     std::string names;

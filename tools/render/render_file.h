@@ -50,9 +50,11 @@ struct RunPictures {
 
 // Writes into out_dir: attention.png (layers × heads heatmaps), links.png (link diagrams),
 // rollout.png, snapshots.png, loss.png (each when its data is there) and report.html. Returns the
-// names written. Throws attnkit::Error when a picture cannot be drawn or written.
+// names written. Maps over kMaxLinkTokens (kMaxReportTokens) a side get no links.png
+// (report.html): *skipped, when given, gets one line naming what was left out and why ("" when
+// nothing was). Throws attnkit::Error when a picture cannot be drawn or written.
 std::vector<std::string> render_run(const RunPictures& run, const std::string& out_dir,
-                                    const RunRenderOptions& options = {});
+                                    const RunRenderOptions& options = {}, std::string* skipped = nullptr);
 
 // Whitespace-separated tokens of a --tokens argument.
 std::vector<std::string> split_tokens(const std::string& text);

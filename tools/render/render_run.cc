@@ -1,4 +1,5 @@
 // render_run: the pictures and the report of a run folder.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -53,7 +54,8 @@ std::string head_name(const AttentionArray& a, int64_t l, int64_t h) {
 
 }  // namespace
 
-std::vector<std::string> render_run(const RunPictures& run, const std::string& out_dir, const RunRenderOptions& o) {
+std::vector<std::string> render_run(const RunPictures& run, const std::string& out_dir, const RunRenderOptions& o,
+                                    std::string* skipped) {
   const fs::path out(out_dir);
   const AttentionArray& a = run.attention;
   const nlohmann::json& meta = run.meta.is_object() ? run.meta : nlohmann::json::object();
@@ -66,6 +68,18 @@ std::vector<std::string> render_run(const RunPictures& run, const std::string& o
   const std::string step = str(meta, "step", "");
   fs::create_directories(out);
   std::vector<std::string> written;
+  // Link diagrams and the report stop being readable beyond their limits; the heatmaps scale.
+  const int64_t side = std::max(a.rows, a.cols);
+  const bool links_fit = side <= kMaxLinkTokens, report_fits = side <= kMaxReportTokens;
+  if (skipped) {
+    skipped->clear();
+    if (!links_fit)
+      *skipped += "links.png not drawn (link diagrams show at most " + std::to_string(kMaxLinkTokens) + " tokens a side)";
+    if (!report_fits)
+      *skipped += std::string(skipped->empty() ? "" : "; ") + "report.html not written (a report shows at most " +
+                  std::to_string(kMaxReportTokens) + " tokens a side)";
+    if (!skipped->empty()) *skipped = "T = " + std::to_string(side) + ": " + *skipped;
+  }
 
   // attention.png: every head of every layer.
   {
@@ -85,7 +99,7 @@ std::vector<std::string> render_run(const RunPictures& run, const std::string& o
     written.push_back("attention.png");
   }
   // links.png: one link diagram per head, a row per layer (at most 4 per row).
-  {
+  if (links_fit) {
     LinkOptions lo;
     lo.title = task + ": who looks at whom";
     std::vector<LinkPanel> panels;
@@ -135,6 +149,7 @@ std::vector<std::string> render_run(const RunPictures& run, const std::string& o
     written.push_back("loss.png");
   }
 
+  if (!report_fits) return written;
   ReportData d;
   d.title = "attnkit · " + task;
   d.subtitle = std::to_string(a.layers) + " layer" + (a.layers > 1 ? "s" : "") + " × " + std::to_string(a.heads) +
