@@ -134,7 +134,7 @@ void Trainer::resume(const std::string& path) {
   if (recorded != meta.end() && recorded->second != options_.data_fingerprint)
     throw FileError(path + ": trained on data with fingerprint " + recorded->second + " ('config.data_fnv1a'), but " +
                     (options_.data_path.empty() ? std::string("the generated data")
-                                                : options_.data_path + " now holds other data") +
+                                                : options_.data_path + " holds other data") +
                     " (fingerprint " + (options_.data_fingerprint.empty() ? "none" : options_.data_fingerprint) + ")");
   const TrainingState st = runner_.load(path, adam_.get());
   if (st.batch_in_epoch < 0 || st.batch_in_epoch >= batches_per_epoch() || st.epoch < 0)

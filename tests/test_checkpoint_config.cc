@@ -300,7 +300,7 @@ TEST_CASE("trainer: a checkpoint records its data file's fingerprint; other data
   same.resume(path);
   CHECK(same.step() == first.step());
   Trainer other(c, o, generate_task_data(c, 40, 10, 2));
-  require_file_error([&] { other.resume(path); }, path, "lesson.npz now holds other data");
+  require_file_error([&] { other.resume(path); }, path, "lesson.npz holds other data");
   CHECK(other.step() == 0);  // nothing loaded
 
   // A checkpoint from before the entry resumes on any data, as it did.

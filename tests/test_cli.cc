@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/safetensors.h"
 #include "file_test_util.h"
 
 namespace {
@@ -257,7 +258,7 @@ np.savez(d + '/token.npz', X_train=Xt, Y_train=Yt, X_val=Xb, Y_val=Yv)
   expect_runtime_error("train reversal --data '" + (dir / "dup.npz").string() + "'", "length 10", dir);
 }
 
-TEST_CASE("resume: other --data is a usage error, a changed .npz behind the checkpoint an error naming it") {
+TEST_CASE("resume: --data may name a copy of the checkpoint's arrays; other arrays are an error naming the file") {
   const fs::path dir = scratch("resume_data");
   numpy(R"(
 def save(name, seed):
@@ -270,14 +271,29 @@ save('a.npz', 0); save('b.npz', 1); save('a_again.npz', 0)
   const std::string a = (dir / "a.npz").string(), b = (dir / "b.npz").string(), run = (dir / "run").string();
   REQUIRE(attnkit("train duplicates --epochs 1 --no-pictures --data '" + a + "' --out '" + run + "'", dir).code == 0);
   const std::string resume = "train duplicates --epochs 2 --no-pictures --resume '" + run + "' ";
-  expect_usage_error(resume + "--data '" + b + "'", "--data " + b + " differs from the checkpoint's " + a, dir);
+  expect_runtime_error(resume + "--data '" + b + "' --out '" + (dir / "other").string() + "'", b + " holds other data", dir);
+  CHECK_FALSE(fs::exists(dir / "other"));
   CHECK(attnkit(resume + "--data '" + (dir / "." / "a.npz").string() + "' --out '" + (dir / "same").string() + "'", dir)
             .code == 0);
+  // A copy elsewhere (a moved data file) holds the same arrays: it resumes, to the same result.
+  CHECK(attnkit(resume + "--data '" + (dir / "a_again.npz").string() + "' --out '" + (dir / "copy").string() + "'", dir)
+            .code == 0);
+  CHECK(json_file(dir / "copy" / "metrics.json")["final_loss"] == json_file(dir / "same" / "metrics.json")["final_loss"]);
+  {  // A checkpoint from before the fingerprint: nothing to check another file against.
+    const fs::path old_run = dir / "old_run";
+    fs::copy(run, old_run);
+    attnkit::SafetensorsFile f = attnkit::read_safetensors((old_run / "model.safetensors").string());
+    REQUIRE(f.metadata.erase("config.data_fnv1a") == 1);
+    attnkit::write_safetensors((old_run / "model.safetensors").string(), f.tensors, f.metadata);
+    expect_usage_error("train duplicates --epochs 2 --no-pictures --resume '" + old_run.string() + "' --data '" +
+                           (dir / "a_again.npz").string() + "'",
+                       "the checkpoint has no fingerprint of its arrays", dir);
+  }
   // Another file with the same arrays in place of a.npz resumes; other arrays are refused.
   fs::copy_file(dir / "a_again.npz", dir / "a.npz", fs::copy_options::overwrite_existing);
   CHECK(attnkit(resume + "--out '" + (dir / "again").string() + "'", dir).code == 0);
   fs::copy_file(dir / "b.npz", dir / "a.npz", fs::copy_options::overwrite_existing);
-  expect_runtime_error(resume + "--out '" + (dir / "changed").string() + "'", a + " now holds other data", dir);
+  expect_runtime_error(resume + "--out '" + (dir / "changed").string() + "'", a + " holds other data", dir);
   CHECK_FALSE(fs::exists(dir / "changed"));
   CHECK(json_file(fs::path(run) / "metrics.json")["epochs"] == 1);  // nothing rewritten
 }

@@ -188,10 +188,16 @@ int run_train(const TrainArgs& a, Collective* group) {
     stored_snapshot_steps = options.training.snapshot_steps;
     if (a.has("epochs")) options.training.epochs = a.epochs;
     if (a.has("snapshot-steps")) options.training.snapshot_steps = parse_steps(a.snapshot_steps);
-    if (a.has("data") && !same_file(a.data, options.data_path))
-      throw UsageError("--data " + a.data + " differs from the checkpoint's " +
-                       (options.data_path.empty() ? "generated data" : options.data_path) +
-                       " (the model, data and optimizer settings come from the checkpoint when resuming)");
+    if (a.has("data") && !same_file(a.data, options.data_path)) {
+      // Another path is fine for the same arrays (a moved or copied file): the checkpoint's
+      // fingerprint of them is checked when resuming. Without one there is nothing to check.
+      if (options.data_path.empty() || options.data_fingerprint.empty())
+        throw UsageError("--data " + a.data + " differs from the checkpoint's " +
+                         (options.data_path.empty() ? std::string("generated data") : options.data_path) +
+                         (options.data_path.empty() ? "" : ", and the checkpoint has no fingerprint of its arrays") +
+                         " (the model, data and optimizer settings come from the checkpoint when resuming)");
+      options.data_path = a.data;
+    }
   } else {
     config = lesson_config(a.task);
     if (a.has("seq-len") || a.has("vocab")) {
