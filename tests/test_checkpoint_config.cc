@@ -58,6 +58,16 @@ ModelConfig config_of(const std::string& path) {
   return model_config_from_metadata(read_checkpoint_metadata(path), path);
 }
 
+// `real` rewritten to `edited` with config.KEY = value: read(edited) must be a FileError
+// naming the file and `phrase`.
+template <class Read>
+void expect_edit_error(const std::string& real, const std::string& edited, const std::string& key,
+                       const std::string& value, const std::string& phrase, const Read& read) {
+  edit_metadata(real, edited, "config." + key, value);
+  INFO(key << " = " << value);
+  require_file_error([&] { read(edited); }, edited, phrase);
+}
+
 TEST_CASE("model config JSON: every lesson config round-trips, field by field") {
   for (const std::string& task : known_tasks()) {
     const ModelConfig c = lesson_config(task);
@@ -157,9 +167,7 @@ TEST_CASE("a checkpoint config asking for absurd sizes is refused before anythin
 
   // Each edit must give a FileError (a std::bad_alloc would escape these checks and fail).
   auto expect = [&](const std::string& key, const std::string& value, const std::string& phrase) {
-    edit_metadata(real, edited, "config." + key, value);
-    INFO(key << " = " << value);
-    require_file_error([&] { config_of(edited); }, edited, phrase);
+    expect_edit_error(real, edited, key, value, phrase, config_of);
   };
   expect("d_model", "1000000000",
          "config d_model = 1000000000 but tensor 'tok.weight' has shape [10, 32] (dimension 1 is d_model)");
@@ -194,15 +202,11 @@ TEST_CASE("every corrupted checkpoint entry is a FileError naming the file, the 
   const std::string edited = dir / "edited.safetensors";
   write_checkpoint(real, lesson_config("neighbor-sum"));
   auto expect = [&](const std::string& key, const std::string& value, const std::string& phrase) {
-    edit_metadata(real, edited, "config." + key, value);
-    INFO(key << " = " << value);
-    require_file_error(
-        [&] {
-          const auto meta = read_checkpoint_metadata(edited);
-          model_config_from_metadata(meta, edited);
-          trainer_options_from_metadata(meta, edited);
-        },
-        edited, phrase);
+    expect_edit_error(real, edited, key, value, phrase, [](const std::string& path) {
+      const auto meta = read_checkpoint_metadata(path);
+      model_config_from_metadata(meta, path);
+      trainer_options_from_metadata(meta, path);
+    });
   };
   expect("lr", "nan", "'config.lr' = 'nan' is not a positive finite number");
   expect("lr", "-0.01", "'config.lr' = '-0.01' is not a positive finite number");

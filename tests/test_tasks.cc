@@ -121,15 +121,22 @@ TEST_CASE("attention rollout matches lesson 004's hand example") {
     for (int64_t j = 0; j < T; ++j) CHECK(R[static_cast<size_t>(i * T + j)] == Approx(want[i][j]).margin(1e-6));
 }
 
+// `rows` random rows of T positive weights summing to 1 (attention maps, as softmax makes them).
+template <typename F>
+std::vector<F> random_maps(Rng& rng, int64_t rows, int64_t T) {
+  std::vector<F> maps(static_cast<size_t>(rows * T));
+  for (int64_t r = 0; r < rows; ++r) {
+    F s = 0;
+    for (int64_t j = 0; j < T; ++j) s += (maps[static_cast<size_t>(r * T + j)] = static_cast<F>(rng.uniform()));
+    for (int64_t j = 0; j < T; ++j) maps[static_cast<size_t>(r * T + j)] /= s;
+  }
+  return maps;
+}
+
 TEST_CASE("attention rollout of random softmax maps: rows sum to 1, heads averaged") {
   Rng rng(5);
   const int64_t L = 3, H = 2, T = 7;
-  std::vector<double> maps(static_cast<size_t>(L * H * T * T));
-  for (int64_t r = 0; r < L * H * T; ++r) {
-    double s = 0;
-    for (int64_t j = 0; j < T; ++j) s += (maps[static_cast<size_t>(r * T + j)] = rng.uniform());
-    for (int64_t j = 0; j < T; ++j) maps[static_cast<size_t>(r * T + j)] /= s;
-  }
+  const std::vector<double> maps = random_maps<double>(rng, L * H * T, T);
   const std::vector<float> R = attention_rollout(maps.data(), L, H, T);  // float32, as the files hold it
   for (int64_t i = 0; i < T; ++i) {
     double s = 0;
@@ -147,12 +154,7 @@ TEST_CASE("attention rollout of random softmax maps: rows sum to 1, heads averag
 TEST_CASE("attention rollout at T = 300 equals a naive double product; T over the limit is an Error naming it") {
   Rng rng(9);
   const int64_t L = 3, H = 2, T = 300;
-  std::vector<float> maps(static_cast<size_t>(L * H * T * T));
-  for (int64_t r = 0; r < L * H * T; ++r) {
-    float s = 0;
-    for (int64_t j = 0; j < T; ++j) s += (maps[static_cast<size_t>(r * T + j)] = static_cast<float>(rng.uniform()));
-    for (int64_t j = 0; j < T; ++j) maps[static_cast<size_t>(r * T + j)] /= s;
-  }
+  const std::vector<float> maps = random_maps<float>(rng, L * H * T, T);
   std::vector<double> want(static_cast<size_t>(T * T), 0.0), A(want.size()), next(want.size());
   for (int64_t i = 0; i < T; ++i) want[static_cast<size_t>(i * T + i)] = 1;
   for (int64_t l = 0; l < L; ++l) {
