@@ -207,16 +207,16 @@ std::map<std::string, std::string> config_entries(const ModelConfig& c, const Tr
 
 ModelConfig model_config_from_metadata(const std::map<std::string, std::string>& meta, const std::string& path) {
   const ModelConfig c = model_config_from_json(model_json_from_metadata(meta, path), path);
-  // eval, infer and --resume follow the task's rule (its data, its targets).
-  const std::vector<std::string>& tasks = known_tasks();
-  if (std::find(tasks.begin(), tasks.end(), c.task) == tasks.end()) {
-    std::string known;
-    for (const auto& t : tasks) known += (known.empty() ? "" : ", ") + t;
-    throw FileError(path + ": checkpoint metadata 'config.task' = '" + c.task + "' is not a task (known: " + known +
-                    ")");
-  }
   check_config_against_tensors(c, read_safetensors_header(path), path);
   return c;
+}
+
+void require_known_task(const ModelConfig& c, const std::string& path) {
+  const std::vector<std::string>& tasks = known_tasks();
+  if (std::find(tasks.begin(), tasks.end(), c.task) != tasks.end()) return;
+  std::string known;
+  for (const auto& t : tasks) known += (known.empty() ? "" : ", ") + t;
+  throw FileError(path + ": checkpoint metadata 'config.task' = '" + c.task + "' is not a task (known: " + known + ")");
 }
 
 TrainerOptions trainer_options_from_metadata(const std::map<std::string, std::string>& meta, const std::string& path) {
@@ -236,7 +236,7 @@ TrainerOptions trainer_options_from_metadata(const std::map<std::string, std::st
     throw FileError(path + ": checkpoint metadata 'config.lr' = '" + lr + "' is not a positive finite number");
   const int64_t max_size = o.data_path.empty() ? kMaxGeneratedSize : kMaxInt;
   o.training.train_size = int_entry_in(meta, "train_size", 1, max_size, path);
-  o.training.val_size = int_entry_in(meta, "val_size", 1, max_size, path);
+  o.training.val_size = int_entry_in(meta, "val_size", 0, max_size, path);  // a Trainer may have none
   const std::string& steps = entry(meta, "snapshot_steps", path);
   if (steps != "none") {
     size_t pos = 0;
@@ -251,7 +251,7 @@ TrainerOptions trainer_options_from_metadata(const std::map<std::string, std::st
     }
   }
   o.seed = static_cast<uint64_t>(int_entry_in(meta, "seed", 0, kMaxInt, path));
-  o.sample = int_entry_in(meta, "sample", 0, o.training.val_size - 1, path);
+  o.sample = int_entry_in(meta, "sample", 0, std::max<int64_t>(o.training.val_size - 1, 0), path);
   const auto fingerprint = meta.find("config.data_fnv1a");  // absent in older checkpoints
   if (fingerprint != meta.end()) {
     const std::string& f = fingerprint->second;

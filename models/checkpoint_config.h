@@ -24,10 +24,14 @@ std::map<std::string, std::string> config_entries(const ModelConfig& model, cons
 // Rebuilds the model configuration from read_checkpoint_metadata(path) and checks its sizes
 // against the tensors in the header of the checkpoint file `path` (check_config_against_tensors),
 // so a config that asks for more than the file holds fails here, before anything is allocated.
-// The task must be one attnkit knows (eval, infer and --resume follow its rule). Throws
-// FileError naming `path`, the entry and its value for a missing, malformed or invalid entry,
-// or the entry and the tensor for a size that disagrees.
+// Any task name loads (a library model may have its own). Throws FileError naming `path`, the
+// entry and its value for a missing, malformed or invalid entry, or the entry and the tensor
+// for a size that disagrees.
 ModelConfig model_config_from_metadata(const std::map<std::string, std::string>& meta, const std::string& path);
+
+// Where the task's rule is needed (its generated data, its targets: eval, --resume), a
+// FileError naming `path` and 'config.task' unless c.task is one of known_tasks().
+void require_known_task(const ModelConfig& c, const std::string& path);
 
 // The training options stored with it (epochs, batch_size, lr, seed, sizes, snapshot steps,
 // data), each within the command line's range (e.g. epochs in [0, 10^9], lr positive and

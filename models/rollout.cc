@@ -40,7 +40,8 @@ std::vector<float> rollout(const T_* maps, int64_t layers, int64_t heads, int64_
                     " does not sum to a positive value");
       for (int64_t j = 0; j < T; ++j) A[static_cast<size_t>(i * T + j)] = static_cast<float>(row[static_cast<size_t>(j)] / sum);
     }
-    sgemm(false, false, T, T, T, 1.0f, A.data(), T, R.data(), T, 0.0f, next.data(), T);  // R = A·R
+    // R = A·R on the calling thread (the caller's --threads; sgemm would start its own team).
+    sgemm_slice(false, false, T, T, T, 1.0f, A.data(), T, R.data(), T, 0.0f, next.data(), T, Slice{});
     R.swap(next);
   }
   return R;

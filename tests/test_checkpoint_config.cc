@@ -14,6 +14,7 @@
 #include "engine/safetensors.h"
 #include "file_test_util.h"
 #include "models/model_config_json.h"
+#include "models/predictor.h"
 #include "models/trainer.h"
 
 namespace attnkit {
@@ -204,7 +205,7 @@ TEST_CASE("every corrupted checkpoint entry is a FileError naming the file, the 
   auto expect = [&](const std::string& key, const std::string& value, const std::string& phrase) {
     expect_edit_error(real, edited, key, value, phrase, [](const std::string& path) {
       const auto meta = read_checkpoint_metadata(path);
-      model_config_from_metadata(meta, path);
+      require_known_task(model_config_from_metadata(meta, path), path);  // as eval and --resume read it
       trainer_options_from_metadata(meta, path);
     });
   };
@@ -216,7 +217,7 @@ TEST_CASE("every corrupted checkpoint entry is a FileError naming the file, the 
   expect("epochs", "-1", "'config.epochs' = '-1' is outside");
   expect("seed", "-1", "'config.seed' = '-1' is outside [0, 9223372036854775807]");
   expect("train_size", "0", "'config.train_size' = '0' is outside [1, 100000000]");
-  expect("val_size", "1000000000", "'config.val_size' = '1000000000' is outside [1, 100000000]");
+  expect("val_size", "1000000000", "'config.val_size' = '1000000000' is outside [0, 100000000]");
   expect("sample", "500", "'config.sample' = '500' is outside [0, 499]");
   expect("task", "foo", "'config.task' = 'foo' is not a task (known: neighbor-sum");
   // reversal's head has no hidden layer: its mlp_hidden is unused, but not any number.
@@ -282,6 +283,30 @@ TEST_CASE("trainer: the graph follows the training set, not a batch size far abo
   // Batch sizes within the set keep their graph.
   Trainer normal(c, options(16), data);
   CHECK(normal.executor().graph().max_batch() == 16);
+}
+
+TEST_CASE("a library model's checkpoint (its own task name, no validation set) loads in a Predictor; eval's task check names it") {
+  TempDir dir;
+  ModelConfig c = lesson_config("reversal");
+  TaskData data;  // drawn by reversal's rule; no validation set
+  Rng rng(1);
+  data.train = generate_dataset(c, 40, rng);
+  c.task = "my-reversal";                           // a model of the library user's own
+  TrainerOptions o;
+  o.training = lesson_training("reversal");
+  o.training.epochs = 1;
+  o.training.val_size = 0;
+  const std::string path = dir / "m.safetensors";
+  Trainer t(c, o, std::move(data));
+  t.train();
+  t.save(path);
+  const auto meta = read_checkpoint_metadata(path);
+  CHECK(model_config_from_metadata(meta, path).task == "my-reversal");
+  CHECK(trainer_options_from_metadata(meta, path).training.val_size == 0);
+  Predictor p = Predictor::load(path, {1, 2});
+  CHECK(p.step() == t.step());
+  require_file_error([&] { require_known_task(model_config_from_metadata(meta, path), path); }, path,
+                     "'config.task' = 'my-reversal' is not a task");
 }
 
 TEST_CASE("trainer: a checkpoint records its data file's fingerprint; other data is refused, older checkpoints resume") {

@@ -25,6 +25,13 @@ namespace {
 namespace fs = std::filesystem;
 using attnkit::testing::slurp;
 
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
 struct Result {
   int code;
   std::string out, err;
@@ -173,7 +180,7 @@ TEST_CASE("resume: 2 epochs + resume to 4 equals 4 epochs, bitwise") {
   expect_usage_error("train reversal --resume '" + (dir / "half").string() + "'", "neighbor-sum", dir);
 }
 
-TEST_CASE("resume: loss.csv must hold the earlier steps; without attention.npy nothing changes; without snapshots.npy a warning") {
+TEST_CASE("resume: losses loss.csv lacks are nan, numbering kept; a bare checkpoint resumes; without snapshots.npy a warning") {
   const fs::path dir = scratch("resume_missing");
   const std::string common = "train neighbor-sum --train-size 300 --val-size 40 --seed 3 --snapshot-steps 0,4,7 --no-pictures ";
   REQUIRE(attnkit(common + "--epochs 4 --out '" + (dir / "full").string() + "'", dir).code == 0);
@@ -190,11 +197,40 @@ TEST_CASE("resume: loss.csv must hold the earlier steps; without attention.npy n
     return "train neighbor-sum --epochs 4 --no-pictures --resume '" + from.string() + "' --out '" +
            (dir / ("out-" + from.filename().string())).string() + "'";
   };
+  const std::vector<std::string> full_losses = lines(slurp(dir / "full" / "loss.csv"));
+  REQUIRE(full_losses.size() == 21);  // header + 20 steps
+  // The unknown steps are nan, every later line is the uninterrupted run's (same numbers).
+  auto check_losses = [&](const fs::path& out, size_t unknown_from) {
+    const std::vector<std::string> got = lines(slurp(out / "loss.csv"));
+    REQUIRE(got.size() == full_losses.size());
+    for (size_t n = 0; n < got.size(); ++n) {
+      INFO("line " << n + 1);
+      if (n >= unknown_from && n <= 10) CHECK(got[n] == std::to_string(n) + ",nan");
+      else CHECK(got[n] == full_losses[n]);
+    }
+  };
   const fs::path no_loss = copy_without("loss.csv");
-  expect_runtime_error(resume(no_loss), (no_loss / "loss.csv").string() + ": missing (the checkpoint is at step 10", dir);
-  expect_runtime_error(resume(copy_without("short")), "loss.csv: has 3 steps (the checkpoint is at step 10", dir);
-  CHECK_FALSE(fs::exists(dir / "out-no-loss.csv"));
-  CHECK_FALSE(fs::exists(dir / "out-no-short"));
+  const Result a = attnkit(resume(no_loss), dir);
+  REQUIRE(a.code == 0);
+  CHECK(a.err == "warning: " + (no_loss / "loss.csv").string() +
+                     ": missing: the losses of steps 1-10 are written as nan\n");
+  check_losses(dir / "out-no-loss.csv", 1);
+  const Result b = attnkit(resume(copy_without("short")), dir);
+  REQUIRE(b.code == 0);
+  CHECK(b.err.find("loss.csv: has 3 of the checkpoint's 10 steps: the losses of steps 4-10 are written as nan") !=
+        std::string::npos);
+  check_losses(dir / "out-no-short", 4);
+  CHECK(slurp(dir / "out-no-short" / "model.safetensors") == slurp(dir / "full" / "model.safetensors"));
+
+  // A bare checkpoint (the file alone, as README's "rebuild the model from it alone" allows).
+  fs::create_directories(dir / "bare");
+  fs::copy_file(dir / "half" / "model.safetensors", dir / "bare" / "model.safetensors");
+  const Result c = attnkit("train neighbor-sum --epochs 4 --no-pictures --resume '" +
+                               (dir / "bare" / "model.safetensors").string() + "' --out '" + (dir / "from-bare").string() + "'",
+                           dir);
+  REQUIRE(c.code == 0);
+  check_losses(dir / "from-bare", 1);
+  CHECK(slurp(dir / "from-bare" / "model.safetensors") == slurp(dir / "full" / "model.safetensors"));
 
   // attention.npy is drawn anew: the resumed run is the uninterrupted one.
   const Result r = attnkit(resume(copy_without("attention.npy")), dir);
@@ -210,10 +246,24 @@ TEST_CASE("resume: loss.csv must hold the earlier steps; without attention.npy n
   const Result w = attnkit(resume(no_snapshots), dir);
   REQUIRE(w.code == 0);
   CHECK(w.err == "warning: " + (no_snapshots / "snapshots.npy").string() +
-                     ": missing, so the snapshots of steps 0, 4, 7 (taken before the checkpoint's step 10) are not "
+                     ": missing, so the snapshots of steps 0, 4, 7 (before the checkpoint's step 10) are not "
                      "carried over\n");
   CHECK(slurp(dir / "full" / "loss.csv") == slurp(dir / "out-no-snapshots.npy" / "loss.csv"));
   CHECK_FALSE(fs::exists(dir / "out-no-snapshots.npy" / "snapshots.npy"));
+}
+
+TEST_CASE("resume: snapshot steps asked for on an earlier resume but never reached give no warning later") {
+  const fs::path dir = scratch("resume_steps");
+  const std::string common = "train neighbor-sum --train-size 300 --val-size 40 --seed 3 --no-pictures ";
+  const std::string a = (dir / "a").string(), b = (dir / "b").string(), c = (dir / "c").string();
+  REQUIRE(attnkit(common + "--epochs 2 --snapshot-steps 1 --out '" + a + "'", dir).code == 0);  // step 10
+  // Step 3 lies before the checkpoint's step 10: asked for, never taken.
+  const Result r1 = attnkit(common + "--epochs 4 --snapshot-steps 1,3,15 --resume '" + a + "' --out '" + b + "'", dir);
+  REQUIRE(r1.code == 0);
+  const Result r2 = attnkit(common + "--epochs 5 --resume '" + b + "' --out '" + c + "'", dir);
+  REQUIRE(r2.code == 0);
+  CHECK(r2.err.empty());
+  CHECK(json_file(fs::path(c) / "meta.json")["snapshot_steps"] == nlohmann::json::array({1, 15}));
 }
 
 TEST_CASE("eval's default seed (the training seed + 1000) stays a seed --seed accepts, for the largest one too") {
@@ -279,15 +329,20 @@ save('a.npz', 0); save('b.npz', 1); save('a_again.npz', 0)
   CHECK(attnkit(resume + "--data '" + (dir / "a_again.npz").string() + "' --out '" + (dir / "copy").string() + "'", dir)
             .code == 0);
   CHECK(json_file(dir / "copy" / "metrics.json")["final_loss"] == json_file(dir / "same" / "metrics.json")["final_loss"]);
-  {  // A checkpoint from before the fingerprint: nothing to check another file against.
+  {  // A checkpoint from before the fingerprint: another file is taken unchecked, with a warning.
     const fs::path old_run = dir / "old_run";
     fs::copy(run, old_run);
     attnkit::SafetensorsFile f = attnkit::read_safetensors((old_run / "model.safetensors").string());
     REQUIRE(f.metadata.erase("config.data_fnv1a") == 1);
     attnkit::write_safetensors((old_run / "model.safetensors").string(), f.tensors, f.metadata);
-    expect_usage_error("train duplicates --epochs 2 --no-pictures --resume '" + old_run.string() + "' --data '" +
-                           (dir / "a_again.npz").string() + "'",
-                       "the checkpoint has no fingerprint of its arrays", dir);
+    const Result r = attnkit("train duplicates --epochs 2 --no-pictures --resume '" + old_run.string() + "' --data '" +
+                                 (dir / "a_again.npz").string() + "' --out '" + (dir / "from-old").string() + "'",
+                             dir);
+    REQUIRE(r.code == 0);
+    CHECK(r.err.find("has no fingerprint of its data (an older checkpoint): --data " + (dir / "a_again.npz").string() +
+                     " is used unchecked") != std::string::npos);
+    CHECK(json_file(dir / "from-old" / "metrics.json")["final_loss"] ==
+          json_file(dir / "same" / "metrics.json")["final_loss"]);
   }
   // Another file with the same arrays in place of a.npz resumes; other arrays are refused.
   fs::copy_file(dir / "a_again.npz", dir / "a.npz", fs::copy_options::overwrite_existing);

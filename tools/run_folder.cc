@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -192,7 +193,7 @@ RunContents sequence_contents(const ModelConfig& c, const SequenceFiles& f) {
   const int64_t L = c.layers, H = c.heads, T = c.seq_len;
   r.layers = L, r.heads = H, r.T = T;
   r.attention = f.result.attention;
-  if (L > 1) {
+  if (L > 1 && T <= kMaxRolloutT) {  // (longer sequences, from library models only: no rollout.npy)
     r.rollout = attention_rollout(f.result.attention.data(), L, H, T);
   }
   r.snapshot_steps = f.snapshot_steps;
@@ -229,16 +230,19 @@ EarlierRun earlier_run(const std::string& dir, const ModelConfig& config, int64_
                        const std::vector<int64_t>& snapshot_steps) {
   EarlierRun e;
   if (step == 0) return e;
-  // loss.csv numbers its lines from step 1: without the earlier lines the new ones would be
-  // numbered wrongly, so a missing or short loss.csv is an error, not a fresh start.
+  // loss.csv numbers its lines from step 1: steps whose losses are not there (a bare
+  // checkpoint, or a loss.csv cut short) are written as nan, so the new lines keep their numbers.
   const std::string loss_path = file_in(dir, "loss.csv");
-  const std::string at_step = " (the checkpoint is at step " + std::to_string(step) +
-                              " and --resume carries the earlier steps' losses over)";
-  if (!fs::exists(loss_path)) throw FileError(loss_path + ": missing" + at_step);
-  e.losses = read_loss_csv(loss_path);
-  if (static_cast<int64_t>(e.losses.size()) < step)
-    throw FileError(loss_path + ": has " + std::to_string(e.losses.size()) + " steps" + at_step);
-  e.losses.resize(static_cast<size_t>(step));
+  if (fs::exists(loss_path)) e.losses = read_loss_csv(loss_path);
+  const size_t known = std::min<size_t>(e.losses.size(), static_cast<size_t>(step));
+  if (known < static_cast<size_t>(step))
+    e.warnings.push_back(loss_path +
+                         (fs::exists(loss_path) ? ": has " + std::to_string(known) + " of the checkpoint's " +
+                                                      std::to_string(step) + " steps"
+                                                : std::string(": missing")) +
+                         ": the losses of steps " + std::to_string(known + 1) + "-" + std::to_string(step) +
+                         " are written as nan");
+  e.losses.resize(static_cast<size_t>(step), std::numeric_limits<float>::quiet_NaN());
 
   // Snapshots are labelled by their steps, so missing ones leave a true, shorter record.
   const std::string snapshots_path = file_in(dir, "snapshots.npy"), meta_path = file_in(dir, "meta.json");
@@ -256,16 +260,14 @@ EarlierRun earlier_run(const std::string& dir, const ModelConfig& config, int64_
                                  maps.begin() + static_cast<int64_t>(i + 1) * per);
       }
   }
+  // Without snapshots.npy the earlier snapshots are lost (with it, meta.json lists the steps
+  // that were taken: the checkpoint's list holds the steps asked for, some maybe never reached).
   std::vector<int64_t> missing;
   for (int64_t s : snapshot_steps)
-    if (s < step && std::find(e.snapshot_steps.begin(), e.snapshot_steps.end(), s) == e.snapshot_steps.end())
-      missing.push_back(s);
-  const std::string which = "steps " + steps_text(missing) + " (taken before the checkpoint's step " +
-                            std::to_string(step) + ")";
-  if (!missing.empty())
-    e.warning = snapshots_path + (fs::exists(snapshots_path) ? ": has no snapshots of " + which + " to carry over"
-                                                             : ": missing, so the snapshots of " + which +
-                                                                   " are not carried over");
+    if (s < step) missing.push_back(s);
+  if (!fs::exists(snapshots_path) && !missing.empty())
+    e.warnings.push_back(snapshots_path + ": missing, so the snapshots of steps " + steps_text(missing) +
+                         " (before the checkpoint's step " + std::to_string(step) + ") are not carried over");
   return e;
 }
 

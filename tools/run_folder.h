@@ -60,14 +60,14 @@ struct RunContents {
 RunContents sequence_contents(const ModelConfig& config, const SequenceFiles& files);
 
 // What a resumed run keeps of the folder it continues: the losses and snapshots of the steps
-// before `step`. loss.csv must hold those steps (a FileError naming it otherwise, as the new
-// lines are numbered after them); snapshots the earlier run took (`snapshot_steps` before
-// `step`) that snapshots.npy lacks are not carried, and `warning` says which.
+// before `step`. Losses loss.csv lacks (a bare checkpoint, a file cut short) are nan, so the
+// new lines keep their step numbers; without snapshots.npy the earlier snapshots
+// (`snapshot_steps` before `step`) are not carried. `warnings` says what was missing.
 struct EarlierRun {
   std::vector<float> losses;
   std::vector<int64_t> snapshot_steps;
   std::vector<std::vector<float>> snapshots;
-  std::string warning;  // "" or one line naming snapshots.npy and the steps it lacks
+  std::vector<std::string> warnings;  // lines naming the file and what it lacked
 };
 EarlierRun earlier_run(const std::string& dir, const ModelConfig& config, int64_t step,
                        const std::vector<int64_t>& snapshot_steps);

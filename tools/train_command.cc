@@ -163,6 +163,7 @@ int run_train(const TrainArgs& a, Collective* group) {
     if (resume_dir.empty()) resume_dir = ".";
     const auto meta = read_checkpoint_metadata(resume_checkpoint);
     config = model_config_from_metadata(meta, resume_checkpoint);
+    require_known_task(config, resume_checkpoint);
     options = trainer_options_from_metadata(meta, resume_checkpoint);
     if (config.task != a.task)
       throw UsageError("TASK '" + a.task + "' differs from the checkpoint's task '" + config.task + "'");
@@ -191,11 +192,14 @@ int run_train(const TrainArgs& a, Collective* group) {
     if (a.has("data") && !same_file(a.data, options.data_path)) {
       // Another path is fine for the same arrays (a moved or copied file): the checkpoint's
       // fingerprint of them is checked when resuming. Without one there is nothing to check.
-      if (options.data_path.empty() || options.data_fingerprint.empty())
-        throw UsageError("--data " + a.data + " differs from the checkpoint's " +
-                         (options.data_path.empty() ? std::string("generated data") : options.data_path) +
-                         (options.data_path.empty() ? "" : ", and the checkpoint has no fingerprint of its arrays") +
-                         " (the model, data and optimizer settings come from the checkpoint when resuming)");
+      if (options.data_path.empty())
+        throw UsageError("--data " + a.data +
+                         " differs from the checkpoint's generated data (the model, data and optimizer settings "
+                         "come from the checkpoint when resuming)");
+      if (options.data_fingerprint.empty())
+        std::fprintf(stderr, "warning: %s has no fingerprint of its data (an older checkpoint): --data %s is "
+                     "used unchecked in place of %s\n", resume_checkpoint.c_str(), a.data.c_str(),
+                     options.data_path.c_str());
       options.data_path = a.data;
     }
   } else {
@@ -246,7 +250,9 @@ int run_train(const TrainArgs& a, Collective* group) {
   } else {
     const TrainingConfig& t = options.training;
     check_generated_size(t.train_size + t.val_size, config.seq_len,
-                         fmt::format("--train-size {} and --val-size {}", t.train_size, t.val_size));
+                         fmt::format(resume_checkpoint.empty() ? "--train-size {} and --val-size {}"
+                                                               : "the checkpoint's train_size {} and val_size {}",
+                                     t.train_size, t.val_size));
     data = generate_task_data(config, t.train_size, t.val_size, options.seed);
   }
   if (options.sample >= data.val.size)
@@ -268,7 +274,7 @@ int run_train(const TrainArgs& a, Collective* group) {
                                    options.training.epochs, done, static_cast<double>(done) / static_cast<double>(nb), nb));
     if (lead) {
       earlier = earlier_run(resume_dir, config, done, stored_snapshot_steps);
-      if (!earlier.warning.empty()) std::fprintf(stderr, "warning: %s\n", earlier.warning.c_str());
+      for (const std::string& w : earlier.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
     }
   }
 
@@ -402,6 +408,7 @@ LoadedModel load_model(const std::string& path, int threads, int64_t max_batch) 
 int run_eval(const EvalArgs& a) {
   const std::string path = checkpoint_in(a.checkpoint);
   LoadedModel m = load_model(path, a.threads, 64);
+  require_known_task(m.config, path);  // scored against its rule, on its data
   Dataset d;
   std::string source;
   if (!a.data.empty()) {
@@ -416,7 +423,10 @@ int run_eval(const EvalArgs& a) {
     const uint64_t fresh_seed = (m.options.seed + 1000) % (uint64_t{1} << 63);
     const uint64_t seed = std::find(a.given.begin(), a.given.end(), "seed") != a.given.end() ? a.seed : fresh_seed;
     const int64_t n = std::find(a.given.begin(), a.given.end(), "val-size") != a.given.end() ? a.val_size : m.options.training.val_size;
-    check_generated_size(n, m.config.seq_len, "--val-size " + std::to_string(n));
+    check_generated_size(n, m.config.seq_len, (std::find(a.given.begin(), a.given.end(), "val-size") != a.given.end()
+                                                   ? "--val-size "
+                                                   : "the checkpoint's val_size ") +
+                                                  std::to_string(n));
     Rng rng(seed);
     d = generate_dataset(m.config, n, rng);
     source = fmt::format("{} fresh sequences (seed {})", n, seed);
