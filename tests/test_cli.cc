@@ -277,6 +277,18 @@ TEST_CASE("eval's default seed (the training seed + 1000) stays a seed --seed ac
   const Result again = attnkit("eval --checkpoint '" + run + "' --seed 999", dir);
   REQUIRE(again.code == 0);
   CHECK(again.out == fresh.out);
+
+  // A checkpoint without a validation set (a library model may train without one): eval asks
+  // for a size instead of drawing none.
+  const std::string bare = (dir / "no_val.safetensors").string();
+  attnkit::SafetensorsFile f = attnkit::read_safetensors(run + "/model.safetensors");
+  f.metadata["config.val_size"] = "0";
+  f.metadata["config.sample"] = "0";
+  attnkit::write_safetensors(bare, f.tensors, f.metadata);
+  expect_usage_error("eval --checkpoint '" + bare + "'", bare + " records no validation set size: give --val-size N", dir);
+  const Result sized = attnkit("eval --checkpoint '" + bare + "' --val-size 20 --seed 999", dir);
+  REQUIRE(sized.code == 0);
+  CHECK(sized.out.substr(sized.out.find("accuracy")) == fresh.out.substr(fresh.out.find("accuracy")));
 }
 
 TEST_CASE("train with data from numpy trains on its arrays, and bad arrays are clear errors") {

@@ -154,7 +154,7 @@ int run_train(const TrainArgs& a, Collective* group) {
   ModelConfig config;
   TrainerOptions options;
   std::string resume_checkpoint, resume_dir;
-  std::vector<int64_t> stored_snapshot_steps;  // the snapshots the resumed run took
+  std::vector<int64_t> stored_snapshot_steps;  // the snapshot steps the resumed run asked for
   if (!a.resume.empty()) {
     // The model, data and optimizer settings come from the checkpoint; a flag that repeats the
     // checkpoint's value is accepted, a different one refused. --epochs is the new total.
@@ -422,11 +422,11 @@ int run_eval(const EvalArgs& a) {
     // so the seed named below can be given back; the checkpoint's seed is in that range too.
     const uint64_t fresh_seed = (m.options.seed + 1000) % (uint64_t{1} << 63);
     const uint64_t seed = std::find(a.given.begin(), a.given.end(), "seed") != a.given.end() ? a.seed : fresh_seed;
-    const int64_t n = std::find(a.given.begin(), a.given.end(), "val-size") != a.given.end() ? a.val_size : m.options.training.val_size;
-    check_generated_size(n, m.config.seq_len, (std::find(a.given.begin(), a.given.end(), "val-size") != a.given.end()
-                                                   ? "--val-size "
-                                                   : "the checkpoint's val_size ") +
-                                                  std::to_string(n));
+    const bool given_size = std::find(a.given.begin(), a.given.end(), "val-size") != a.given.end();
+    const int64_t n = given_size ? a.val_size : m.options.training.val_size;
+    if (n < 1)  // a library model trained without a validation set
+      throw UsageError(path + " records no validation set size: give --val-size N");
+    check_generated_size(n, m.config.seq_len, (given_size ? "--val-size " : "the checkpoint's val_size ") + std::to_string(n));
     Rng rng(seed);
     d = generate_dataset(m.config, n, rng);
     source = fmt::format("{} fresh sequences (seed {})", n, seed);
