@@ -106,7 +106,8 @@ int run_infer_data(const InferArgs& a) {
     if (a.logits) logits = std::make_unique<NpyStreamWriter>(dir + "/logits.npy", "<f4", std::vector<int64_t>{d.size, T, C});
     if (maps > 0) {
       attention = std::make_unique<NpyStreamWriter>(dir + "/attention.npy", "<f4", std::vector<int64_t>{maps, L, H, T, T});
-      if (L > 1) rollout = std::make_unique<NpyStreamWriter>(dir + "/rollout.npy", "<f4", std::vector<int64_t>{maps, T, T});
+      if (L > 1 && T <= kMaxRolloutT)  // (as the run folder: longer library models get no rollout.npy)
+        rollout = std::make_unique<NpyStreamWriter>(dir + "/rollout.npy", "<f4", std::vector<int64_t>{maps, T, T});
     }
     std::vector<float> maps_of_one(static_cast<size_t>(L * H * T * T));
     size_t next_chosen = 0;
