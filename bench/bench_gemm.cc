@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ops/gemm.h"
+#include "ops/gemm_bf16.h"
 #include "simd_context.h"
 
 namespace {
@@ -38,7 +39,7 @@ void report(benchmark::State& state, double flops_per_iteration) {
       flops_per_iteration * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 
-enum class Impl { kAttnkit, kOpenBLAS, kNaive };
+enum class Impl { kAttnkit, kOpenBLAS, kNaive, kBf16 };
 
 // C (m×n) = A (m×k) · B (k×n), all row-major without transposes.
 void BM_gemm(benchmark::State& state, Impl impl, int64_t m, int64_t k, int64_t n, int threads) {
@@ -49,6 +50,10 @@ void BM_gemm(benchmark::State& state, Impl impl, int64_t m, int64_t k, int64_t n
       case Impl::kAttnkit:
         attnkit::sgemm(false, false, m, n, k, 1.0f, x.a.data(), k, x.b.data(), n, 0.0f,
                        x.c.data(), n);
+        break;
+      case Impl::kBf16:
+        attnkit::bf16_gemm(false, false, m, n, k, 1.0f, x.a.data(), k, x.b.data(), n, 0.0f,
+                           x.c.data(), n);
         break;
       case Impl::kOpenBLAS:
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m),
@@ -267,7 +272,9 @@ void register_all() {
                                                 Impl::kAttnkit, s.m, s.k, s.n, threads);
       auto* theirs = benchmark::RegisterBenchmark(("openblas/" + name).c_str(), BM_gemm,
                                                   Impl::kOpenBLAS, s.m, s.k, s.n, threads);
-      for (auto* b : {ours, theirs}) {
+      auto* bf16 = benchmark::RegisterBenchmark(("attnkit_bf16/" + name).c_str(), BM_gemm,
+                                                Impl::kBf16, s.m, s.k, s.n, threads);
+      for (auto* b : {ours, theirs, bf16}) {
         b->UseRealTime();
         if (min_time > 0) b->MinTime(min_time);
       }

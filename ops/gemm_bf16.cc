@@ -1,0 +1,499 @@
+// bf16 products (ops/gemm_bf16.h): operands packed once per call into bf16 tiles, then
+// multiplied by AMX-BF16 tile products or AVX512-BF16 dot products, chosen at run time.
+//
+// Highway 1.0.3 has neither AMX nor vdpbf16ps, so the kernels are written with the compiler's
+// intrinsics, each function compiled for its instruction set alone (target attributes, not
+// file-wide flags: nothing else in this file may use AVX-512, and nothing here runs before
+// the CPU check).
+//
+// Packed layouts (bf16 = uint16_t bits), zero-padded to whole tiles and to an even number of
+// tiles along m and n (the kernels compute 2 × 2 tiles of C at a time):
+//   A: [m tiles][k tiles][16 rows][32 k]      — an AMX A tile: row i holds A[i, k0 .. k0+31];
+//   B: [n tiles][k tiles][16 pairs][16 cols][2] — an AMX B tile in VNNI form: row r holds, for
+//      each column j, the pair B[k0+2r, j], B[k0+2r+1, j].
+// vdpbf16ps reads the same layouts: a broadcast dword of A's row (a k pair) times a B tile row.
+#include "ops/gemm_bf16.h"
+
+#include <cpuid.h>
+#include <immintrin.h>
+#include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <tuple>
+
+#include "ops/gemm.h"
+
+#define ATTNKIT_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define ATTNKIT_AMX_BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
+
+namespace attnkit {
+namespace {
+
+constexpr int64_t kTile = 16;                   // rows of every tile; columns of B and C tiles
+constexpr int64_t kTileK = 32;                  // k values in a row of an A tile
+constexpr int64_t kTileElems = kTile * kTileK;  // 512 bf16: 1 KB
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t even_tiles(int64_t n) { return (ceil_div(n, kTile) + 1) / 2 * 2; }
+
+// ---- What the CPU can do -------------------------------------------------------------------
+
+uint64_t read_xcr0() {
+  uint32_t eax = 0, edx = 0;
+  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (static_cast<uint64_t>(edx) << 32) | eax;
+}
+
+struct CpuFeatures {
+  bool avx512_bf16 = false;  // with AVX512F/BW/VL/DQ and the OS saving their state
+  bool amx = false;          // AMX-TILE and AMX-BF16, and the OS granted the tile data
+};
+
+// Linux's permission for the AMX tile data (XFEATURE_XTILEDATA), asked for once per process.
+bool request_amx_permission() {
+  constexpr long kArchGetXcompPerm = 0x1022, kArchReqXcompPerm = 0x1023;
+  constexpr int kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return false;
+  unsigned long bits = 0;
+  if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &bits) != 0) return false;
+  return (bits >> kXfeatureXtiledata) & 1;
+}
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) return f;  // OSXSAVE
+  const uint64_t xcr0 = read_xcr0();
+  const bool os_avx512 = (xcr0 & 0xe6) == 0xe6;  // SSE, AVX, opmask, ZMM_Hi256, Hi16_ZMM
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
+  const bool avx512 = ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1);  // F DQ BW VL
+  const bool amx_bf16 = (d >> 22) & 1, amx_tile = (d >> 24) & 1;
+  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+  const bool bf16 = __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) && ((a1 >> 5) & 1);
+  f.avx512_bf16 = os_avx512 && avx512 && bf16;
+  const bool os_amx = ((xcr0 >> 17) & 3) == 3;  // XTILECFG, XTILEDATA
+  f.amx = f.avx512_bf16 && amx_bf16 && amx_tile && os_amx && request_amx_permission();
+  return f;
+}
+
+const CpuFeatures& cpu() {
+  static const CpuFeatures f = detect();
+  return f;
+}
+
+Bf16Kernel best_kernel() {
+  if (cpu().amx) return Bf16Kernel::kAmx;
+  if (cpu().avx512_bf16) return Bf16Kernel::kAvx512Bf16;
+  return Bf16Kernel::kNone;
+}
+
+std::atomic<int> g_kernel{-1};  // -1: the best one
+
+// ---- Scratch ---------------------------------------------------------------------------------
+
+// Per-thread buffers that grow and are then reused: no allocation per call after the first.
+struct Scratch {
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<void, Free> data[2];
+  size_t capacity[2] = {0, 0};
+  void* get(int slot, size_t bytes) {
+    if (bytes > capacity[slot]) {
+      const size_t rounded = (bytes + 63) / 64 * 64;
+      data[slot].reset(std::aligned_alloc(64, rounded));
+      if (!data[slot]) throw std::bad_alloc();
+      capacity[slot] = rounded;
+    }
+    return data[slot].get();
+  }
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// ---- Packing (AVX512-BF16: vcvtne2ps2bf16 rounds 32 floats at a time) ---------------------
+
+ATTNKIT_AVX512_BF16 inline __mmask16 first_n(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xffff) : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// 32 bf16 in k order from two vectors of 16 floats.
+ATTNKIT_AVX512_BF16 inline __m512i to_bf16(__m512 lo, __m512 hi) {
+  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+// Pairs (even[j], odd[j]) for 16 columns j: 16 dwords, the VNNI form of two rows.
+ATTNKIT_AVX512_BF16 inline __m512i interleave_rows(__m512 even, __m512 odd) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                                       22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(idx, to_bf16(even, odd));
+}
+
+// out row x (16 dwords, 64 bytes apart in a tile) = dword x of each of the 16 rows of t.
+ATTNKIT_AVX512_BF16 inline void transpose_dwords(const uint32_t* t, uint16_t* out) {
+  const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32(16));
+  for (int x = 0; x < 16; ++x)
+    _mm512_store_si512(out + x * kTileK, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xffff, rows, t + x, 4));
+}
+
+// op(A) rows [i0, i1), all of k, into A tiles (m tiles padded to mt, k tiles kt).
+ATTNKIT_AVX512_BF16 void pack_a(bool trans_a, const float* a, int64_t lda, int64_t i0, int64_t i1, int64_t k,
+                                int64_t mt, int64_t kt, uint16_t* out) {
+  alignas(64) uint32_t t[16 * 16];
+  for (int64_t tm = 0; tm < mt; ++tm) {
+    const int64_t ib = i0 + tm * kTile;
+    for (int64_t tk = 0; tk < kt; ++tk) {
+      uint16_t* tile = out + (tm * kt + tk) * kTileElems;
+      const int64_t k0 = tk * kTileK;
+      if (!trans_a) {  // row i of the tile: A[i, k0 .. k0+31]
+        const __mmask16 lo = first_n(k - k0), hi = first_n(k - k0 - 16);
+        for (int64_t r = 0; r < kTile; ++r) {
+          const int64_t i = ib + r;
+          __m512i v = _mm512_setzero_si512();
+          if (i < i1) {
+            const float* src = a + i * lda + k0;
+            v = to_bf16(_mm512_maskz_loadu_ps(lo, src), _mm512_maskz_loadu_ps(hi, src + 16));
+          }
+          _mm512_store_si512(tile + r * kTileK, v);
+        }
+      } else {  // A stored k × m: pairs of its rows give dword columns; transpose them
+        const __mmask16 cols = first_n(i1 - ib);
+        for (int64_t r = 0; r < kTile; ++r) {
+          const int64_t kk = k0 + 2 * r;
+          const __m512 even = kk < k ? _mm512_maskz_loadu_ps(cols, a + kk * lda + ib) : _mm512_setzero_ps();
+          const __m512 odd = kk + 1 < k ? _mm512_maskz_loadu_ps(cols, a + (kk + 1) * lda + ib) : _mm512_setzero_ps();
+          _mm512_store_si512(t + r * 16, interleave_rows(even, odd));
+        }
+        transpose_dwords(t, tile);
+      }
+    }
+  }
+}
+
+// op(B) columns [j0, j1), all of k, into B tiles in VNNI form (n tiles padded to nt).
+ATTNKIT_AVX512_BF16 void pack_b(bool trans_b, const float* b, int64_t ldb, int64_t j0, int64_t j1, int64_t k,
+                                int64_t nt, int64_t kt, uint16_t* out) {
+  alignas(64) uint32_t t[16 * 16];
+  for (int64_t tn = 0; tn < nt; ++tn) {
+    const int64_t jb = j0 + tn * kTile;
+    for (int64_t tk = 0; tk < kt; ++tk) {
+      uint16_t* tile = out + (tn * kt + tk) * kTileElems;
+      const int64_t k0 = tk * kTileK;
+      if (!trans_b) {  // B stored k × n: rows 2r, 2r+1 interleaved are tile row r
+        const __mmask16 cols = first_n(j1 - jb);
+        for (int64_t r = 0; r < kTile; ++r) {
+          const int64_t kk = k0 + 2 * r;
+          const __m512 even = kk < k ? _mm512_maskz_loadu_ps(cols, b + kk * ldb + jb) : _mm512_setzero_ps();
+          const __m512 odd = kk + 1 < k ? _mm512_maskz_loadu_ps(cols, b + (kk + 1) * ldb + jb) : _mm512_setzero_ps();
+          _mm512_store_si512(tile + r * kTileK, interleave_rows(even, odd));
+        }
+      } else {  // B stored n × k: column j's 32 k values are 16 pairs; transpose them
+        const __mmask16 lo = first_n(k - k0), hi = first_n(k - k0 - 16);
+        for (int64_t c = 0; c < kTile; ++c) {
+          const int64_t j = jb + c;
+          __m512i v = _mm512_setzero_si512();
+          if (j < j1) {
+            const float* src = b + j * ldb + k0;
+            v = to_bf16(_mm512_maskz_loadu_ps(lo, src), _mm512_maskz_loadu_ps(hi, src + 16));
+          }
+          _mm512_store_si512(t + c * 16, v);
+        }
+        transpose_dwords(t, tile);
+      }
+    }
+  }
+}
+
+// ---- Storing a 32 × 32 block of sums ----------------------------------------------------------
+
+struct Out {
+  float* c;
+  int64_t ldc;
+  float alpha, beta;
+  int64_t i1, j1;  // rows and columns of C that exist (absolute)
+};
+
+// C[ib.., jb..] = alpha·acc + beta·C for the part of the 32 × 32 block acc (row stride 32)
+// inside C. Branches on alpha and beta stay outside the vector expressions.
+ATTNKIT_AVX512_BF16 void store_block(const float* acc, int64_t rows, const Out& o, int64_t ib, int64_t jb) {
+  const int64_t nrows = std::min(rows, o.i1 - ib);
+  const __m512 alpha = _mm512_set1_ps(o.alpha), beta = _mm512_set1_ps(o.beta);
+  for (int64_t h = 0; h < 2; ++h) {
+    const int64_t j = jb + h * kTile;
+    if (j >= o.j1) break;
+    const __mmask16 mask = first_n(o.j1 - j);
+    for (int64_t r = 0; r < nrows; ++r) {
+      float* dst = o.c + (ib + r) * o.ldc + j;
+      __m512 v = _mm512_load_ps(acc + r * 2 * kTile + h * kTile);
+      if (o.alpha != 1.0f) v = _mm512_mul_ps(alpha, v);
+      if (o.beta == 1.0f) {
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, dst));
+      } else if (o.beta != 0.0f) {
+        v = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(mask, dst), v);
+      }
+      _mm512_mask_storeu_ps(dst, mask, v);
+    }
+  }
+}
+
+// Column panels: B tiles of a panel (all of k) stay in L2 while every row pair of A passes.
+int64_t panel_tiles(int64_t kt, int64_t nt) {
+  const int64_t bytes_per_tile_column = kt * kTileElems * 2;
+  int64_t tiles = std::max<int64_t>(2, (512 * 1024 / bytes_per_tile_column) / 2 * 2);
+  return std::min(tiles, nt);
+}
+
+// ---- AVX512-BF16 kernel ------------------------------------------------------------------------
+
+// 8 rows × 32 columns of sums over all k tiles: A tile rows r0 .. r0+7, B tiles b0, b1.
+ATTNKIT_AVX512_BF16 void dot_8x32(const uint16_t* a_tiles, const uint16_t* b0_tiles, const uint16_t* b1_tiles,
+                                  int64_t kt, int64_t r0, float* acc) {
+  __m512 s[8][2];
+  for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = _mm512_setzero_ps();
+  for (int64_t tk = 0; tk < kt; ++tk) {
+    const uint32_t* at = reinterpret_cast<const uint32_t*>(a_tiles + tk * kTileElems) + r0 * 16;
+    const uint16_t* bt0 = b0_tiles + tk * kTileElems;
+    const uint16_t* bt1 = b1_tiles + tk * kTileElems;
+    for (int r = 0; r < 16; ++r) {
+      const __m512bh vb0 = (__m512bh)_mm512_load_si512(bt0 + r * kTileK);
+      const __m512bh vb1 = (__m512bh)_mm512_load_si512(bt1 + r * kTileK);
+      for (int i = 0; i < 8; ++i) {
+        const __m512bh va = (__m512bh)_mm512_set1_epi32(static_cast<int>(at[i * 16 + r]));
+        s[i][0] = _mm512_dpbf16_ps(s[i][0], va, vb0);
+        s[i][1] = _mm512_dpbf16_ps(s[i][1], va, vb1);
+      }
+    }
+  }
+  for (int i = 0; i < 8; ++i) {
+    _mm512_store_ps(acc + i * 32, s[i][0]);
+    _mm512_store_ps(acc + i * 32 + 16, s[i][1]);
+  }
+}
+
+ATTNKIT_AVX512_BF16 void multiply_avx512(const uint16_t* pa, const uint16_t* pb, int64_t mt, int64_t nt, int64_t kt,
+                                         const Out& o, int64_t i0, int64_t j0) {
+  alignas(64) float acc[32 * 32];
+  const int64_t panel = panel_tiles(kt, nt);
+  for (int64_t n0 = 0; n0 < nt; n0 += panel) {
+    const int64_t n1 = std::min(nt, n0 + panel);
+    for (int64_t tm = 0; tm < mt; ++tm) {
+      const uint16_t* a_tiles = pa + tm * kt * kTileElems;
+      const int64_t ib = i0 + tm * kTile;
+      if (ib >= o.i1) break;
+      for (int64_t tn = n0; tn < n1; tn += 2) {
+        const uint16_t* b0 = pb + tn * kt * kTileElems;
+        dot_8x32(a_tiles, b0, b0 + kt * kTileElems, kt, 0, acc);
+        if (ib + 8 < o.i1) dot_8x32(a_tiles, b0, b0 + kt * kTileElems, kt, 8, acc + 8 * 32);
+        store_block(acc, kTile, o, ib, j0 + tn * kTile);
+      }
+    }
+  }
+}
+
+// ---- AMX-BF16 kernel ---------------------------------------------------------------------------
+
+struct alignas(64) TileConfig {
+  uint8_t palette_id;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+
+// Tiles 0-3: C (2 × 2 blocks of 16 × 16 floats); 4, 5: A tiles; 6, 7: B tiles. All 16 rows of
+// 64 bytes.
+ATTNKIT_AMX_BF16 void multiply_amx(const uint16_t* pa, const uint16_t* pb, int64_t mt, int64_t nt, int64_t kt,
+                                   const Out& o, int64_t i0, int64_t j0) {
+  TileConfig cfg;
+  std::memset(&cfg, 0, sizeof cfg);
+  cfg.palette_id = 1;
+  for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  _tile_loadconfig(&cfg);
+  alignas(64) float acc[32 * 32];
+  constexpr int64_t kStride = 64;  // bytes between tile rows in the packed operands
+  const int64_t panel = panel_tiles(kt, nt);
+  for (int64_t n0 = 0; n0 < nt; n0 += panel) {
+    const int64_t n1 = std::min(nt, n0 + panel);
+    for (int64_t tm = 0; tm < mt; tm += 2) {
+      const int64_t ib = i0 + tm * kTile;
+      if (ib >= o.i1) break;
+      const uint16_t* a0 = pa + tm * kt * kTileElems;
+      const uint16_t* a1 = a0 + kt * kTileElems;
+      for (int64_t tn = n0; tn < n1; tn += 2) {
+        const uint16_t* b0 = pb + tn * kt * kTileElems;
+        const uint16_t* b1 = b0 + kt * kTileElems;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t tk = 0; tk < kt; ++tk) {
+          const int64_t off = tk * kTileElems;
+          _tile_loadd(4, a0 + off, kStride);
+          _tile_loadd(6, b0 + off, kStride);
+          _tile_loadd(5, a1 + off, kStride);
+          _tile_loadd(7, b1 + off, kStride);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+        _tile_stored(0, acc, 128);
+        _tile_stored(1, acc + 16, 128);
+        _tile_stored(2, acc + 16 * 32, 128);
+        _tile_stored(3, acc + 16 * 32 + 16, 128);
+        store_block(acc, 2 * kTile, o, ib, j0 + tn * kTile);
+      }
+    }
+  }
+  _tile_release();
+}
+
+// ---- Without bf16 instructions: round, then the float32 kernels ------------------------------
+
+uint16_t bf16_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0) return static_cast<uint16_t>((u >> 16) & 0x8000u);        // ±0, subnormal
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // NaN, quiet
+  u += 0x7fffu + ((u >> 16) & 1u);  // to nearest, ties to even (overflow gives ±inf)
+  return static_cast<uint16_t>(u >> 16);
+}
+
+void multiply_rounded(bool trans_a, bool trans_b, int64_t k, float alpha, const float* a, int64_t lda,
+                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc, int64_t i0, int64_t i1,
+                      int64_t j0, int64_t j1) {
+  const int64_t rows = i1 - i0, cols = j1 - j0;
+  float* ra = static_cast<float*>(scratch().get(0, static_cast<size_t>(rows * k) * sizeof(float)));
+  float* rb = static_cast<float*>(scratch().get(1, static_cast<size_t>(k * cols) * sizeof(float)));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t kk = 0; kk < k; ++kk)
+      ra[i * k + kk] = round_to_bf16(trans_a ? a[kk * lda + i0 + i] : a[(i0 + i) * lda + kk]);
+  for (int64_t kk = 0; kk < k; ++kk)
+    for (int64_t j = 0; j < cols; ++j)
+      rb[kk * cols + j] = round_to_bf16(trans_b ? b[(j0 + j) * ldb + kk] : b[kk * ldb + j0 + j]);
+  sgemm_slice(false, false, rows, cols, k, alpha, ra, k, rb, cols, beta, c + i0 * ldc + j0, ldc, Slice{});
+}
+
+void scale_block(float beta, float* c, int64_t ldc, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  for (int64_t i = i0; i < i1; ++i) {
+    float* row = c + i * ldc;
+    if (beta == 0.0f) {
+      std::fill(row + j0, row + j1, 0.0f);
+    } else if (beta != 1.0f) {
+      for (int64_t j = j0; j < j1; ++j) row[j] *= beta;
+    }
+  }
+}
+
+}  // namespace
+
+float round_to_bf16(float x) {
+  const uint32_t u = static_cast<uint32_t>(bf16_bits(x)) << 16;
+  float y;
+  std::memcpy(&y, &u, 4);
+  return y;
+}
+
+bool bf16_kernel_supported(Bf16Kernel kernel) {
+  switch (kernel) {
+    case Bf16Kernel::kAmx: return cpu().amx;
+    case Bf16Kernel::kAvx512Bf16: return cpu().avx512_bf16;
+    case Bf16Kernel::kNone: return true;
+  }
+  return false;
+}
+
+Bf16Kernel bf16_kernel() {
+  const int k = g_kernel.load(std::memory_order_relaxed);
+  return k < 0 ? best_kernel() : static_cast<Bf16Kernel>(k);
+}
+
+bool set_bf16_kernel(Bf16Kernel kernel) {
+  if (!bf16_kernel_supported(kernel)) return false;
+  g_kernel.store(static_cast<int>(kernel));
+  return true;
+}
+
+const char* bf16_kernel_name(Bf16Kernel kernel) {
+  switch (kernel) {
+    case Bf16Kernel::kAmx: return "AMX-BF16";
+    case Bf16Kernel::kAvx512Bf16: return "AVX512-BF16";
+    case Bf16Kernel::kNone: return "none";
+  }
+  return "?";
+}
+
+std::string bf16_kernels_available() {
+  std::string s;
+  for (Bf16Kernel k : {Bf16Kernel::kAmx, Bf16Kernel::kAvx512Bf16, Bf16Kernel::kNone})
+    if (bf16_kernel_supported(k)) s += std::string(s.empty() ? "" : ", ") + bf16_kernel_name(k);
+  return s;
+}
+
+bool bf16_product_worth(int64_t m, int64_t n, int64_t k) { return m >= 16 && n >= 16 && k >= 32; }
+
+void bf16_gemm_block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                     int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, int64_t i0,
+                     int64_t i1, int64_t j0, int64_t j1) {
+  (void)m, (void)n;
+  if (i0 >= i1 || j0 >= j1) return;
+  if (k <= 0 || alpha == 0.0f) {
+    scale_block(beta, c, ldc, i0, i1, j0, j1);
+    return;
+  }
+  const Bf16Kernel kernel = bf16_kernel();
+  if (kernel == Bf16Kernel::kNone) {
+    multiply_rounded(trans_a, trans_b, k, alpha, a, lda, b, ldb, beta, c, ldc, i0, i1, j0, j1);
+    return;
+  }
+  const int64_t mt = even_tiles(i1 - i0), nt = even_tiles(j1 - j0), kt = ceil_div(k, kTileK);
+  auto* pa = static_cast<uint16_t*>(scratch().get(0, static_cast<size_t>(mt * kt * kTileElems) * 2));
+  auto* pb = static_cast<uint16_t*>(scratch().get(1, static_cast<size_t>(nt * kt * kTileElems) * 2));
+  pack_a(trans_a, a, lda, i0, i1, k, mt, kt, pa);
+  pack_b(trans_b, b, ldb, j0, j1, k, nt, kt, pb);
+  const Out o{c, ldc, alpha, beta, i1, j1};
+  if (kernel == Bf16Kernel::kAmx) {
+    multiply_amx(pa, pb, mt, nt, kt, o, i0, j0);
+  } else {
+    multiply_avx512(pa, pb, mt, nt, kt, o, i0, j0);
+  }
+}
+
+void bf16_gemm_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                     int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, Slice s) {
+  if (m <= 0 || n <= 0) return;
+  int64_t i0 = 0, i1 = m, j0 = 0, j1 = n;
+  if (s.count > 1) {  // a block of C per slice: rows when C is tall, else columns (whole tile pairs)
+    if (m >= n) {
+      std::tie(i0, i1) = slice_range_grain(m, 2 * kTile, s);
+    } else {
+      std::tie(j0, j1) = slice_range_grain(n, 2 * kTile, s);
+    }
+  }
+  bf16_gemm_block(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, i0, i1, j0, j1);
+}
+
+void bf16_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m * n * std::max<int64_t>(k, 1) < (int64_t{1} << 20) || omp_in_parallel() || omp_get_max_threads() <= 1) {
+    bf16_gemm_slice(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, Slice{});
+    return;
+  }
+#pragma omp parallel
+  bf16_gemm_slice(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                  Slice{omp_get_thread_num(), omp_get_num_threads()});
+}
+
+}  // namespace attnkit

@@ -1,0 +1,63 @@
+// bfloat16 products with float32 accumulation: the mixed-precision path of the matrix
+// products (ExecutorOptions::precision, `attnkit train --precision bf16`).
+//
+// The operands are rounded to bf16 (round to nearest even, as the CPU's vcvtneps2bf16 does:
+// subnormal inputs become zero, NaN stays NaN) and multiplied on the best kernel this CPU has,
+// chosen at run time:
+//   - AMX-BF16 tiles (Intel Xeon Sapphire Rapids and later): 16 × 32 · 32 × 16 tile products;
+//   - AVX512-BF16 (vdpbf16ps: Cooper Lake, AMD Zen 4 and later) on the same packed operands;
+//   - none: the operands are rounded to bf16 and multiplied by the float32 kernels (same
+//     semantics, no speed-up; what CPUs without either get).
+// The products of pairs of bf16 values are exact in float32 and are summed in float32, so the
+// only rounding beyond float32's is the rounding of the inputs. Each element of C is computed
+// the same way whatever the thread split, so results do not depend on the thread count.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "parallel.h"
+
+namespace attnkit {
+
+enum class Bf16Kernel { kNone = 0, kAvx512Bf16 = 1, kAmx = 2 };
+
+// The kernel the bf16 products use now: the best the CPU (and the OS: AMX needs the kernel's
+// tile-data permission, asked for once) supports, unless set_bf16_kernel chose a lower one.
+Bf16Kernel bf16_kernel();
+// "AMX-BF16", "AVX512-BF16", "none".
+const char* bf16_kernel_name(Bf16Kernel kernel);
+// Whether this CPU and OS can run `kernel` (kNone always).
+bool bf16_kernel_supported(Bf16Kernel kernel);
+// The kernels this machine supports, best first, comma-separated ("AMX-BF16, AVX512-BF16, none").
+std::string bf16_kernels_available();
+// Uses `kernel` from now on; false (nothing changed) when this CPU cannot run it. Not
+// thread-safe: call it before running products (engine/simd_target.h's force_bf16_kernel
+// and the ATTNKIT_BF16 variable use it).
+bool set_bf16_kernel(Bf16Kernel kernel);
+
+// x rounded to the nearest bf16 value (ties to even; subnormals to signed zero; NaN quiet),
+// as a float: what the kernels multiply.
+float round_to_bf16(float x);
+
+// Whether the engine's products of this shape take the bf16 path when asked to (shapes too
+// small for the packing to pay, or with a side under a tile, stay float32).
+bool bf16_product_worth(int64_t m, int64_t n, int64_t k);
+
+// C (m×n) = alpha·op(A)·op(B) + beta·C with sgemm's conventions (ops/gemm.h: row-major,
+// beta == 0 never reads C, k == 0 scales C by beta), A and B rounded to bf16, sums in float32.
+// Slice s computes its block of C (as sgemm_slice splits it); bf16_gemm runs on the OpenMP
+// threads when the product is large enough.
+void bf16_gemm_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                     int64_t ldc, Slice s);
+void bf16_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+               int64_t ldc);
+
+// Rows [i0, i1) × columns [j0, j1) of that product (the building block of the above and of
+// sgemm_epilogue_slice's bf16 path).
+void bf16_gemm_block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                     int64_t ldc, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
+
+}  // namespace attnkit

@@ -1,0 +1,230 @@
+// bf16 products (ops/gemm_bf16.h) on every bf16 kernel this CPU has: against a double
+// reference of the bf16-rounded inputs (tight: only float32 summation error) and of the float32
+// inputs (loose: the documented rounding of the inputs), at every shape class and edge.
+// Kernels the CPU lacks report their test case as skipped.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/gemm.h"
+#include "ops/gemm_bf16.h"
+#include "skip_test_util.h"
+
+namespace {
+
+using attnkit::Bf16Kernel;
+using attnkit::round_to_bf16;
+
+constexpr float kSentinel = 12345.0f;  // in the ld padding of C; must survive untouched
+
+struct Problem {
+  bool ta, tb;
+  int64_t m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+  std::vector<float> a, b, c;
+};
+
+Problem make_problem(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, float beta, int64_t pad,
+                     uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Problem p{ta, tb, m, n, k, 0, 0, 0, alpha, beta, {}, {}, {}};
+  const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k;
+  const int64_t b_rows = tb ? n : k, b_cols = tb ? k : n;
+  p.lda = a_cols + pad;
+  p.ldb = b_cols + pad;
+  p.ldc = n + pad;
+  p.a.resize(static_cast<size_t>(std::max<int64_t>(a_rows * p.lda, 1)));
+  p.b.resize(static_cast<size_t>(std::max<int64_t>(b_rows * p.ldb, 1)));
+  p.c.assign(static_cast<size_t>(std::max<int64_t>(m * p.ldc, 1)), kSentinel);
+  for (auto& x : p.a) x = u(rng);
+  for (auto& x : p.b) x = u(rng);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      p.c[i * p.ldc + j] = beta == 0.0f ? std::numeric_limits<float>::quiet_NaN() : u(rng);
+  return p;
+}
+
+float at_a(const Problem& p, int64_t i, int64_t kk) { return p.ta ? p.a[kk * p.lda + i] : p.a[i * p.lda + kk]; }
+float at_b(const Problem& p, int64_t kk, int64_t j) { return p.tb ? p.b[j * p.ldb + kk] : p.b[kk * p.ldb + j]; }
+
+std::vector<float> run(const Problem& p, attnkit::Slice s = {}, int slices = 1) {
+  std::vector<float> c = p.c;
+  for (int i = 0; i < slices; ++i) {
+    s.index = i, s.count = slices;
+    attnkit::bf16_gemm_slice(p.ta, p.tb, p.m, p.n, p.k, p.alpha, p.a.data(), p.lda, p.b.data(), p.ldb, p.beta,
+                             c.data(), p.ldc, s);
+  }
+  return c;
+}
+
+// got against double references: of the bf16-rounded inputs within float32 summation error
+// (4·k·2⁻²⁴·Σ|a·b| + 2⁻²³·|β·c|), and of the float32 inputs within the rounding of the inputs
+// (2·2⁻⁸·Σ|a·b|, each input off by at most half a bf16 ulp: 2⁻⁹ relative, plus the above).
+void check(const Problem& p, const std::vector<float>& got) {
+  int bad = 0;
+  for (int64_t i = 0; i < p.m; ++i) {
+    for (int64_t j = 0; j < p.n; ++j) {
+      double rounded = 0.0, exact = 0.0, mag = 0.0;
+      for (int64_t kk = 0; kk < p.k; ++kk) {
+        const double a = at_a(p, i, kk), b = at_b(p, kk, j);
+        rounded += static_cast<double>(round_to_bf16(at_a(p, i, kk))) * round_to_bf16(at_b(p, kk, j));
+        exact += a * b;
+        mag += std::fabs(a * b);
+      }
+      const double c0 = p.beta == 0.0f ? 0.0 : p.beta * static_cast<double>(p.c[i * p.ldc + j]);
+      const double want_rounded = p.alpha * rounded + c0, want_exact = p.alpha * exact + c0;
+      const double sum_tol = std::fabs(p.alpha) * (4.0 * (p.k + 1) * std::ldexp(1.0, -24) * mag) +
+                             std::ldexp(1.0, -23) * std::fabs(c0) + 1e-30;
+      const double input_tol = std::fabs(p.alpha) * 2.0 * std::ldexp(1.0, -8) * mag + sum_tol;
+      const double g = got[i * p.ldc + j];
+      if (!(std::fabs(g - want_rounded) <= sum_tol) || !(std::fabs(g - want_exact) <= input_tol)) {
+        if (++bad <= 3)
+          UNSCOPED_INFO("C[" << i << "," << j << "] = " << g << ", bf16-input reference " << want_rounded
+                             << " (tol " << sum_tol << "), float32-input reference " << want_exact);
+      }
+    }
+    for (int64_t j = p.n; j < p.ldc; ++j)
+      if (got[i * p.ldc + j] != kSentinel) ++bad;
+  }
+  INFO("ta " << p.ta << " tb " << p.tb << " m " << p.m << " n " << p.n << " k " << p.k << " alpha " << p.alpha
+             << " beta " << p.beta);
+  CHECK(bad == 0);
+}
+
+// Runs `body` with every kernel forced in turn and restores the best one.
+struct KernelScope {
+  explicit KernelScope(Bf16Kernel k) { ok = attnkit::set_bf16_kernel(k); }
+  ~KernelScope() { attnkit::set_bf16_kernel(best); }
+  Bf16Kernel best = best_kernel();
+  bool ok = false;
+  static Bf16Kernel best_kernel() {
+    for (Bf16Kernel k : {Bf16Kernel::kAmx, Bf16Kernel::kAvx512Bf16})
+      if (attnkit::bf16_kernel_supported(k)) return k;
+    return Bf16Kernel::kNone;
+  }
+};
+
+void shapes_on(Bf16Kernel kernel) {
+  const int64_t edges[] = {1, 2, 15, 16, 17, 31, 32, 33};
+  uint32_t seed = 1;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (int64_t m : edges)
+        for (int64_t n : edges)
+          for (int64_t k : edges) {
+            const float beta = (seed % 3 == 0) ? 0.0f : (seed % 3 == 1) ? 1.0f : -0.5f;
+            const float alpha = (seed % 4 == 0) ? 0.75f : 1.0f;
+            const Problem p = make_problem(ta, tb, m, n, k, alpha, beta, static_cast<int64_t>(seed % 3), seed);
+            ++seed;
+            check(p, run(p));
+          }
+  // Larger shapes: several tile pairs, column panels, k longer than a panel's budget.
+  const int64_t big[][3] = {{100, 70, 300}, {257, 129, 65}, {64, 1040, 256}, {48, 40, 2100}, {130, 33, 97}};
+  for (const auto& s : big)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        const Problem p = make_problem(ta, tb, s[0], s[1], s[2], 1.0f, seed % 2 ? 1.0f : 0.0f, 3, seed);
+        ++seed;
+        check(p, run(p));
+      }
+  (void)kernel;
+}
+
+}  // namespace
+
+TEST_CASE("bf16 rounding: nearest, ties to even, subnormals to zero, NaN and overflow kept") {
+  CHECK(round_to_bf16(1.0f) == 1.0f);
+  CHECK(round_to_bf16(-2.5f) == -2.5f);
+  CHECK(round_to_bf16(1.0f + std::ldexp(1.0f, -8)) == 1.0f);  // tie: to even (1.0)
+  CHECK(round_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)) == 1.0f + std::ldexp(1.0f, -6));  // tie: to even (up)
+  CHECK(round_to_bf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -12)) == 1.0f + std::ldexp(1.0f, -7));
+  CHECK(round_to_bf16(0.1f) == 0.10009765625f);
+  CHECK(round_to_bf16(std::numeric_limits<float>::denorm_min()) == 0.0f);
+  CHECK(std::signbit(round_to_bf16(-std::numeric_limits<float>::denorm_min())));
+  CHECK(std::isnan(round_to_bf16(std::numeric_limits<float>::quiet_NaN())));
+  CHECK(std::isinf(round_to_bf16(std::numeric_limits<float>::max())));
+  CHECK(round_to_bf16(std::numeric_limits<float>::infinity()) == std::numeric_limits<float>::infinity());
+}
+
+TEST_CASE("bf16 kernels: names, what this CPU has, refusal of the unsupported") {
+  CHECK(attnkit::bf16_kernel_supported(Bf16Kernel::kNone));
+  const std::string avail = attnkit::bf16_kernels_available();
+  INFO("available: " << avail << "; in use: " << attnkit::bf16_kernel_name(attnkit::bf16_kernel()));
+  CHECK(avail.find("none") != std::string::npos);
+  CHECK(attnkit::bf16_kernel() == KernelScope::best_kernel());
+  for (Bf16Kernel k : {Bf16Kernel::kAmx, Bf16Kernel::kAvx512Bf16}) {
+    const bool supported = attnkit::bf16_kernel_supported(k);
+    CHECK((avail.find(attnkit::bf16_kernel_name(k)) != std::string::npos) == supported);
+    KernelScope scope(k);
+    CHECK(scope.ok == supported);
+    CHECK((attnkit::bf16_kernel() == k) == supported);
+  }
+  CHECK(attnkit::bf16_kernel() == KernelScope::best_kernel());
+}
+
+TEST_CASE("bf16 GEMM on AMX-BF16 against double references, every shape class and edge") {
+  if (!attnkit::bf16_kernel_supported(Bf16Kernel::kAmx)) ATTNKIT_SKIP("this CPU has no AMX-BF16");
+  KernelScope scope(Bf16Kernel::kAmx);
+  shapes_on(Bf16Kernel::kAmx);
+}
+
+TEST_CASE("bf16 GEMM on AVX512-BF16 against double references, every shape class and edge") {
+  if (!attnkit::bf16_kernel_supported(Bf16Kernel::kAvx512Bf16)) ATTNKIT_SKIP("this CPU has no AVX512-BF16");
+  KernelScope scope(Bf16Kernel::kAvx512Bf16);
+  shapes_on(Bf16Kernel::kAvx512Bf16);
+}
+
+TEST_CASE("bf16 GEMM without bf16 instructions (rounded inputs, float32 kernels) against double references") {
+  KernelScope scope(Bf16Kernel::kNone);
+  shapes_on(Bf16Kernel::kNone);
+}
+
+TEST_CASE("bf16 GEMM: the same bits whatever the slice count, and every kernel the same rounding of inputs") {
+  for (Bf16Kernel kernel : {Bf16Kernel::kAmx, Bf16Kernel::kAvx512Bf16, Bf16Kernel::kNone}) {
+    KernelScope scope(kernel);
+    if (!scope.ok) continue;
+    INFO("kernel " << attnkit::bf16_kernel_name(kernel));
+    for (bool ta : {false, true}) {
+      const Problem p = make_problem(ta, !ta, 150, 97, 70, 1.0f, 0.5f, 1, 7);
+      const std::vector<float> one = run(p);
+      for (int slices : {2, 3, 5}) {
+        const std::vector<float> many = run(p, {}, slices);
+        CHECK(std::memcmp(one.data(), many.data(), one.size() * sizeof(float)) == 0);
+      }
+      const Problem wide = make_problem(ta, false, 20, 200, 40, 1.0f, 0.0f, 0, 8);
+      const std::vector<float> w1 = run(wide), w3 = run(wide, {}, 3);
+      CHECK(std::memcmp(w1.data(), w3.data(), w1.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
+TEST_CASE("bf16 GEMM: k == 0 and alpha == 0 scale C by beta; beta == 0 never reads C") {
+  for (Bf16Kernel kernel : {Bf16Kernel::kAmx, Bf16Kernel::kAvx512Bf16, Bf16Kernel::kNone}) {
+    KernelScope scope(kernel);
+    if (!scope.ok) continue;
+    Problem p = make_problem(false, false, 20, 20, 0, 1.0f, 0.5f, 0, 3);
+    std::vector<float> got = run(p);
+    for (int64_t i = 0; i < 400; ++i) CHECK(got[i] == 0.5f * p.c[i]);
+    p = make_problem(false, false, 20, 20, 40, 0.0f, 0.0f, 0, 4);  // C holds NaN
+    got = run(p);
+    for (int64_t i = 0; i < 400; ++i) CHECK(got[i] == 0.0f);
+    p = make_problem(true, false, 40, 20, 40, 1.0f, 0.0f, 0, 5);  // NaN in C must not leak
+    check(p, run(p));
+  }
+}
+
+TEST_CASE("bf16 GEMM through the thread-parallel entry point") {
+  const Problem p = make_problem(false, true, 300, 200, 100, 1.0f, 0.0f, 2, 11);
+  std::vector<float> c = p.c;
+  attnkit::bf16_gemm(p.ta, p.tb, p.m, p.n, p.k, p.alpha, p.a.data(), p.lda, p.b.data(), p.ldb, p.beta, c.data(),
+                     p.ldc);
+  check(p, c);
+  const std::vector<float> serial = run(p);
+  CHECK(std::memcmp(serial.data(), c.data(), c.size() * sizeof(float)) == 0);
+}
