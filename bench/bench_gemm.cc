@@ -117,8 +117,13 @@ struct StepGemm {
 
 // threads > 1: attnkit runs sgemm's own parallel region (one product) or the engine's way, a
 // parallel region over sgemm_batched_slice (attention); OpenBLAS its own threads per call.
-void BM_step(benchmark::State& state, bool use_openblas, StepGemm s, int threads) {
+// impl kBf16: attnkit's products in mixed precision, through the same calls with the engine's
+// Slice::bf16 set (bf16_gemm for one product on several threads).
+void BM_step(benchmark::State& state, Impl impl, StepGemm s, int threads) {
   set_threads(threads);
+  const bool use_openblas = impl == Impl::kOpenBLAS, bf16 = impl == Impl::kBf16;
+  attnkit::Slice one;
+  one.bf16 = bf16;
   const int64_t lda = s.lda ? s.lda : (s.ta ? s.m : s.k);
   const int64_t ldb = s.ldb ? s.ldb : (s.tb ? s.k : s.n);
   const int64_t ldc = s.ldc ? s.ldc : s.n;
@@ -130,7 +135,10 @@ void BM_step(benchmark::State& state, bool use_openblas, StepGemm s, int threads
   const std::vector<float> bias(static_cast<size_t>(s.n), 0.25f);
   for (auto _ : state) {
     if (threads > 1 && !use_openblas) {
-      if (s.count == 1) {
+      if (s.count == 1 && bf16) {
+        attnkit::bf16_gemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, x.a.data(), lda, x.b.data(), ldb, s.beta,
+                           x.c.data(), ldc);
+      } else if (s.count == 1) {
         attnkit::sgemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, x.a.data(), lda, x.b.data(), ldb, s.beta,
                        x.c.data(), ldc);
       } else {
@@ -139,7 +147,7 @@ void BM_step(benchmark::State& state, bool use_openblas, StepGemm s, int threads
 #pragma omp parallel
         attnkit::sgemm_batched_slice(s.ta, s.tb, s.m, s.n, s.k, 1.0f, x.a.data(), lda,
                                      x.b.data(), ldb, s.beta, x.c.data(), ldc, batch,
-                                     attnkit::Slice{omp_get_thread_num(), omp_get_num_threads()});
+                                     attnkit::Slice{omp_get_thread_num(), omp_get_num_threads(), nullptr, bf16});
       }
       benchmark::DoNotOptimize(x.c.data());
       benchmark::ClobberMemory();
@@ -161,11 +169,9 @@ void BM_step(benchmark::State& state, bool use_openblas, StepGemm s, int threads
       } else if (s.bias) {
         attnkit::GemmEpilogue e;
         e.bias = bias.data();
-        attnkit::sgemm_epilogue_slice(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, lda, b, ldb, s.beta, c, ldc, e,
-                                      attnkit::Slice{});
+        attnkit::sgemm_epilogue_slice(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, lda, b, ldb, s.beta, c, ldc, e, one);
       } else {
-        attnkit::sgemm_slice(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, lda, b, ldb, s.beta, c, ldc,
-                             attnkit::Slice{});
+        attnkit::sgemm_slice(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, lda, b, ldb, s.beta, c, ldc, one);
       }
     }
     benchmark::DoNotOptimize(x.c.data());
@@ -245,12 +251,18 @@ void register_all() {
     for (int threads : {1, 2}) {
       if (threads == 2 && (s.name.rfind("big_", 0) != 0 || s.bias)) continue;  // (bias rows: one thread)
       const std::string t = s.name.rfind("big_", 0) == 0 ? "/" + std::to_string(threads) + "t" : "";
-      benchmark::RegisterBenchmark(("attnkit/step_" + s.name + t).c_str(), BM_step, false, s,
+      benchmark::RegisterBenchmark(("attnkit/step_" + s.name + t).c_str(), BM_step, Impl::kAttnkit, s,
                                    threads)
           ->UseRealTime();
-      benchmark::RegisterBenchmark(("openblas/step_" + s.name + t).c_str(), BM_step, true, s,
+      benchmark::RegisterBenchmark(("openblas/step_" + s.name + t).c_str(), BM_step, Impl::kOpenBLAS, s,
                                    threads)
           ->UseRealTime();
+      // Mixed precision where the engine uses it (the big model's products; the lessons'
+      // attention stays on its fused float32 path).
+      if (s.name.rfind("big_", 0) == 0)
+        benchmark::RegisterBenchmark(("attnkit_bf16/step_" + s.name + t).c_str(), BM_step, Impl::kBf16, s,
+                                     threads)
+            ->UseRealTime();
     }
   }
   struct Shape {

@@ -3,7 +3,7 @@
 //
 //   bench_train_step [--batch=N] [--models=neighbor-sum,duplicates,reversal,reversal-large,neighbor-sum-003]
 //                    [--threads=1,2] [--adaptive=0|1] [--fold=0|1] [--fuse=0|1]
-//                    [--profile=STEPS]
+//                    [--profile=STEPS] [--precision=f32|bf16]
 //                    [Google Benchmark flags, e.g. --benchmark_min_time=0.5]
 //
 // The default models are the three lessons and "reversal-large", the compute-bound
@@ -99,6 +99,7 @@ constexpr int kDistinctBatches = 4;
 bool g_adaptive = true;
 bool g_fold = true;
 bool g_fuse = true;
+Precision g_precision = Precision::kF32;
 
 ModelConfig bench_config(const std::string& task) {
   ModelConfig c = lesson_config(base_task(task));
@@ -124,6 +125,7 @@ struct StepRunner {
     options.threads = threads;
     options.seed = 1;
     options.adaptive_threads = g_adaptive;
+    options.precision = g_precision;
     ex = std::make_unique<Executor>(*m.graph, options);
     adam = std::make_unique<Adam>(ex->param_count(), AdamOptions{lesson_lr(base_task(task))});
     ex->set_batch(batch);
@@ -201,6 +203,13 @@ int main(int argc, char** argv) {
       g_adaptive = v != "0";
     } else if (take_flag(argc, argv, i, "--fold", &v)) {
       g_fold = v != "0";
+    } else if (take_flag(argc, argv, i, "--precision", &v)) {
+      try {
+        g_precision = parse_precision(v);
+      } catch (const Error& e) {
+        std::fprintf(stderr, "bench_train_step: --precision: %s\n", e.what());
+        return 2;
+      }
     } else if (take_flag(argc, argv, i, "--fuse", &v)) {
       g_fuse = v != "0";
     } else if (take_flag(argc, argv, i, "--profile", &v)) {
@@ -243,13 +252,15 @@ int main(int argc, char** argv) {
         continue;
       }
       const std::string name = "BM_TrainStep/" + task + "/threads:" + std::to_string(threads) +
-                               "/batch:" + std::to_string(batch);
+                               "/batch:" + std::to_string(batch) +
+                               (g_precision == Precision::kBf16 ? "/precision:bf16" : "");
       benchmark::RegisterBenchmark(name.c_str(), BM_TrainStep, task, threads, batch)
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();
     }
   }
   if (profile_steps > 0) return 0;
+  benchmark::AddCustomContext("precision", precision_name(g_precision));
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -3,7 +3,7 @@
 
     /usr/bin/python3 bench/compare_pytorch.py [--threads 1 2] [--models neighbor-sum ...]
         [--seconds 3] [--windows 5] [--large-seconds 8] [--large-windows 3] [--batch N]
-        [--rounds R] [--attnkit-bench PATH]
+        [--rounds R] [--precision f32|bf16|both] [--attnkit-bench PATH]
 
 PyTorch: the same architectures as models/lessons.cc (tok[+pos] Embedding D=32, multi-head
 attention with separate q, k, v, o Linear(D, D)+bias, out = head(h + attn(h))), Adam with the
@@ -30,6 +30,17 @@ attnkit: runs the built bench_train_step with --benchmark_format=json, repetitio
 reports the median of the per-round ratios with their range: on this shared machine
 PyTorch's steps/s drift by 30% and more from one minute to the next (neighbor-sum at one
 thread: 145 to 234 steps/s within ten minutes), so one round's ratio can mislead.
+
+--precision f32 (the default) trains in float32. bf16 is mixed precision: PyTorch runs the
+same model and step with the forward and the loss under torch.autocast("cpu",
+dtype=torch.bfloat16) (products in bfloat16 on oneDNN, which uses AMX where the CPU has it;
+backward and Adam outside autocast, parameters float32), attnkit runs bench_train_step
+--precision=bf16 (f32 passes no flag, so older binaries still work; one without the flag
+fails the bf16 rows, which then show n/a, with its stderr printed). --precision both
+measures f32 and bf16 in every round (PyTorch f32 and bf16 in one child, then attnkit f32
+and bf16, the precisions' order swapped every other round) and adds a table of the bf16/f32
+speed-ups of each, every ratio taken within one round. The header then names PyTorch's
+oneDNN and ATen CPU capability.
 """
 import argparse
 import json
@@ -56,6 +67,7 @@ LESSONS = {
                            block_mlp=1024),
 }
 DEFAULT_MODELS = ["neighbor-sum", "duplicates", "reversal"]
+PRECISIONS = {"f32": ["f32"], "bf16": ["bf16"], "both": ["f32", "bf16"]}
 LARGE = {"reversal-large"}
 
 
@@ -93,6 +105,7 @@ def torch_worker(args):
         import torch.nn.functional as F
     except ImportError as e:
         die("PyTorch is not importable by %s (%s); install python3-torch" % (sys.executable, e))
+    import copy
     import ctypes
     import numpy as np
 
@@ -124,7 +137,7 @@ def torch_worker(args):
     if blas_threads is not None and blas_threads != n:
         die("openblas_get_num_threads() = %d, wanted %d" % (blas_threads, n))
 
-    from torch_lessons import Lesson, targets
+    from torch_lessons import Lesson, targets, train_step
 
     results = {}
     rng = np.random.default_rng(12345)
@@ -160,51 +173,74 @@ def torch_worker(args):
                               openblas_threads=blas_threads, openblas_core=blas_core,
                               torch_version=torch.__version__, results=results)))
         return
+    # Each precision in the order asked (the parent alternates it between rounds) trains its
+    # own copy of the same initial model, on the same batches.
+    by_precision = {p: {} for p in args.worker_precisions}
     for task in args.models:
         c = sized(LESSONS[task], task, args.seq_len, args.vocab)
         batch = args.batch or c["batch"]
-        model = Lesson(c)
-        opt = torch.optim.Adam(model.parameters(), lr=c["lr"])
+        model0 = Lesson(c)
         data = []
         for _ in range(4):
             x = rng.integers(0, c["vocab"], size=(batch, c["T"]))
             data.append((torch.from_numpy(x.astype(np.int64)),
                          torch.from_numpy(targets(task, x, c["vocab"]).astype(np.int64))))
-        state = {"i": 0}
+        for precision in args.worker_precisions:
+            model = copy.deepcopy(model0)
+            opt = torch.optim.Adam(model.parameters(), lr=c["lr"])
+            step = train_step(model, opt, c["classes"], data, precision)
 
-        def step():
-            x, y = data[state["i"] % len(data)]
-            state["i"] += 1
-            opt.zero_grad(set_to_none=True)
-            logits = model(x)
-            loss = F.cross_entropy(logits.reshape(-1, c["classes"]), y.reshape(-1))
-            loss.backward()
-            opt.step()
-            return loss
-
-        seconds, windows = timing(args, task)
-        t_end = time.perf_counter() + max(0.3, 0.2 * seconds)  # warm-up (at least 2 steps)
-        warm = 0
-        while time.perf_counter() < t_end or warm < 2:
-            step()
-            warm += 1
-        window = seconds / windows
-        rates = []
-        for _ in range(windows):
-            steps = 0
-            t0 = time.perf_counter()
-            while True:
+            seconds, windows = timing(args, task)
+            t_end = time.perf_counter() + max(0.3, 0.2 * seconds)  # warm-up (at least 2 steps)
+            warm = 0
+            while time.perf_counter() < t_end or warm < 2:
                 step()
-                steps += 1
-                dt = time.perf_counter() - t0
-                if dt >= window:
-                    break
-            rates.append(steps / dt)
-        results[task] = dict(median=statistics.median(rates), windows=rates,
-                             loss=float(step().item()), batch=batch)
+                warm += 1
+            window = seconds / windows
+            rates = []
+            for _ in range(windows):
+                steps = 0
+                t0 = time.perf_counter()
+                while True:
+                    step()
+                    steps += 1
+                    dt = time.perf_counter() - t0
+                    if dt >= window:
+                        break
+                rates.append(steps / dt)
+            by_precision[precision][task] = dict(median=statistics.median(rates), windows=rates,
+                                                 loss=float(step().item()), batch=batch)
+    # "results" is the float32 measurement, as bench/token_cost.py reads it.
     print(json.dumps(dict(threads=n, torch_threads=torch.get_num_threads(),
                           openblas=blas, openblas_threads=blas_threads, openblas_core=blas_core,
-                          torch_version=torch.__version__, results=results)))
+                          torch_version=torch.__version__, mkldnn=torch.backends.mkldnn.is_available(),
+                          cpu_capability=cpu_capability(torch), onednn=onednn_version(torch),
+                          results=by_precision.get("f32", {}), by_precision=by_precision)))
+
+
+def cpu_capability(torch):
+    """ATen's CPU kernel level (DEFAULT, AVX2, AVX512, ...): torch.backends.cpu's
+    get_cpu_capability() from PyTorch 2.0, else the "CPU capability usage" line of
+    torch.__config__.show() (PyTorch 1.x)."""
+    try:
+        import torch.backends.cpu as cpu
+        return cpu.get_cpu_capability()
+    except (ImportError, AttributeError):
+        pass
+    for line in torch.__config__.show().splitlines():
+        if "CPU capability usage:" in line:
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def onednn_version(torch):
+    """oneDNN's version as torch.__config__.show() names it ("Intel(R) MKL-DNN v2.6.3")."""
+    for line in torch.__config__.show().splitlines():
+        if "MKL-DNN" in line or "oneDNN" in line:
+            words = [w for w in line.split() if w.startswith("v") and w[1:2].isdigit()]
+            if words:
+                return words[0]
+    return None
 
 
 def openblas_kernels_line(info):
@@ -218,7 +254,17 @@ def openblas_kernels_line(info):
         else "OpenBLAS's own choice for this CPU")
 
 
-def run_torch(args, threads):
+def onednn_line(info):
+    """Whether PyTorch's bfloat16 products can run on oneDNN, and ATen's kernel level."""
+    return "PyTorch's oneDNN (mkldnn)%s: %s; ATen CPU capability: %s" % (
+        " " + info["onednn"] if info.get("onednn") else "",
+        "available" if info.get("mkldnn") else "NOT available (torch.backends.mkldnn.is_available() "
+        "is False)", info.get("cpu_capability") or "unknown")
+
+
+def run_torch(args, threads, precisions=("f32",)):
+    """One child measuring args.models at `threads`, each in each of precisions, in that
+    order."""
     env = dict(os.environ)
     env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
                MKL_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
@@ -234,6 +280,8 @@ def run_torch(args, threads):
         cmd += ["--seq-len", str(args.seq_len)]
     if args.vocab:
         cmd += ["--vocab", str(args.vocab)]
+    if list(precisions) != ["f32"]:
+        cmd += ["--worker-precisions", *precisions]
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
     if p.returncode != 0:
         sys.exit(p.returncode)
@@ -257,7 +305,16 @@ def find_bench(path):
         "or pass --attnkit-bench PATH" % (", ".join(candidates), ROOT, ROOT, ROOT))
 
 
-def run_attnkit(args, binary, threads):
+ATTNKIT_FAILED = {}  # precision -> why bench_train_step could not run it
+
+
+def run_attnkit(args, binary, threads, precision="f32"):
+    """{task: median steps/s} of bench_train_step in `precision`: f32 passes no precision flag
+    (binaries older than --precision keep working), bf16 passes --precision=bf16. A failed f32
+    run stops the script; a failed bf16 run is reported once (with the bench's stderr) and
+    gives {} from then on, so that the PyTorch figures still print."""
+    if precision in ATTNKIT_FAILED:
+        return {}
     seconds, windows = timing(args, args.models[0])  # called with one model at a time
     cmd = [binary, "--models=" + ",".join(args.models), "--threads=%d" % threads,
            "--benchmark_format=json", "--benchmark_repetitions=%d" % windows,
@@ -265,15 +322,31 @@ def run_attnkit(args, binary, threads):
            "--benchmark_report_aggregates_only=true"]
     if args.batch:
         cmd.append("--batch=%d" % args.batch)
+    if precision != "f32":
+        cmd.append("--precision=" + precision)
     env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     if p.returncode != 0:
-        die("%s failed with exit code %d" % (binary, p.returncode))
+        msg = "%s failed with exit code %d\n  command: %s\n  its stderr:\n%s" % (
+            binary, p.returncode, " ".join(cmd),
+            "\n".join("    " + line for line in p.stderr.rstrip().splitlines()) or "    (empty)")
+        if precision != "f32" and "--precision" in p.stderr:
+            msg += ("\n  (this bench_train_step seems to predate --precision=%s: rebuild it, "
+                    "or run with --precision f32)" % precision)
+        if precision == "f32":
+            die(msg)
+        print("compare_pytorch: " + msg + "\ncompare_pytorch: attnkit %s left out (n/a below)"
+              % precision, file=sys.stderr)
+        ATTNKIT_FAILED[precision] = msg
+        return {}
+    sys.stderr.write(p.stderr)  # as when it went straight to the terminal
     out = {}
     for b in json.loads(p.stdout)["benchmarks"]:
         if b.get("aggregate_name") != "median":
             continue
-        task = b["run_name"].split("/")[1]
+        parts = b["run_name"].split("/")
+        # BM_TrainStep/<task>/threads:N/batch:B[/...]; the task is the part that is one asked.
+        task = next((x for x in parts[1:] if x in args.models), parts[1])
         out[task] = b.get("steps/s", b.get("items_per_second"))
     return out
 
@@ -348,6 +421,11 @@ def main():
                          "per-round ratios (PyTorch's speed here drifts by 30%% and more "
                          "between minutes)")
     ap.add_argument("--attnkit-bench", default=None, help="path of bench_train_step")
+    ap.add_argument("--precision", choices=list(PRECISIONS), default="f32",
+                    help="training in float32 (default), bfloat16 mixed precision (PyTorch: "
+                         "torch.autocast('cpu', dtype=torch.bfloat16) around forward and loss; "
+                         "attnkit: bench_train_step --precision=bf16), or both, alternating "
+                         "within each round, with the bf16/f32 speed-ups")
     ap.add_argument("--infer", action="store_true",
                     help="inference instead of training: sequences/s of the forward under "
                          "torch.inference_mode() against bench_infer, per batch size")
@@ -355,6 +433,8 @@ def main():
     ap.add_argument("--seq-len", type=int, default=0, help=argparse.SUPPRESS)  # bench/token_cost.py
     ap.add_argument("--vocab", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--worker-threads", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--worker-precisions", nargs="+", default=["f32"], choices=["f32", "bf16"],
+                    help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker_threads:
         torch_worker(args)
@@ -366,50 +446,97 @@ def main():
         die("PyTorch is not importable by %s (%s); install python3-torch "
             "or run with /usr/bin/python3" % (sys.executable, e))
     if args.infer:
+        if args.precision != "f32":
+            die("--precision %s is for training; --infer measures float32 only" % args.precision)
         infer_main(args)
         return
     binary = find_bench(args.attnkit_bench)
 
+    precisions = PRECISIONS[args.precision]
     rows = []
+    speedups = []  # with --precision both: bf16/f32 of PyTorch and of attnkit, per round
     info = None
     # One model at a time, PyTorch then attnkit back to back, so that both see about the
-    # same load on a shared machine.
+    # same load on a shared machine. With both precisions, each round measures PyTorch f32 and
+    # bf16 (one child), then attnkit f32 and bf16, the precisions' order swapped every other
+    # round so that neither always runs first.
     for n in args.threads:
         for task in args.models:
             one = argparse.Namespace(**dict(vars(args), models=[task]))
-            pts, aks = [], []
-            for _ in range(max(1, args.rounds)):
-                t = run_torch(one, n)
+            pts = {p: [] for p in precisions}
+            aks = {p: [] for p in precisions}
+            for r in range(max(1, args.rounds)):
+                order = precisions if r % 2 == 0 else precisions[::-1]
+                t = run_torch(one, n, order)
                 info = t
-                a = run_attnkit(one, binary, n)
-                pts.append(t["results"][task]["median"])
-                aks.append(a.get(task))
-            ratios = [ak / pt for ak, pt in zip(aks, pts) if ak]
-            rows.append((task, n, t["results"][task]["batch"], statistics.median(pts),
-                         statistics.median(aks) if all(aks) else None, ratios))
+                for p in order:
+                    a = run_attnkit(one, binary, n, p)
+                    pts[p].append(t["by_precision"][p][task]["median"])
+                    aks[p].append(a.get(task))
+            batch = t["by_precision"][precisions[0]][task]["batch"]
+            for p in precisions:
+                ratios = [ak / pt for ak, pt in zip(aks[p], pts[p]) if ak]
+                rows.append((task, n, batch, p, statistics.median(pts[p]),
+                             statistics.median(aks[p]) if all(aks[p]) else None, ratios))
+            if len(precisions) == 2:
+                speedups.append((task, n, batch,
+                                 [b / f for f, b in zip(pts["f32"], pts["bf16"])],
+                                 [b / f for f, b in zip(aks["f32"], aks["bf16"]) if f and b]))
 
+    mixed = precisions != ["f32"]
     print("PyTorch %s (openblas %s), attnkit %s" % (info["torch_version"], info["openblas"],
                                                      binary))
     print(openblas_kernels_line(info))
+    if mixed:
+        print(onednn_line(info))
+        print("bf16: PyTorch under torch.autocast('cpu', dtype=torch.bfloat16) for forward and "
+              "loss (backward, Adam and parameters float32); attnkit bench_train_step "
+              "--precision=bf16")
     print("median of %d windows, %.3g s per measurement" % (args.windows, args.seconds) +
           (" (reversal-large: %d windows, %.3g s)" % (args.large_windows, args.large_seconds)
            if LARGE & set(args.models) else ""))
     if args.rounds > 1:
-        print("%d rounds, PyTorch and attnkit alternating; steps/s are medians over rounds, "
-              "ratio = median of the per-round ratios (range: lowest-highest)" % args.rounds)
+        print("%d rounds, PyTorch and attnkit alternating%s; steps/s are medians over rounds, "
+              "ratio = median of the per-round ratios (range: lowest-highest)" % (
+                  args.rounds, " (f32 and bf16 in turn, the order swapped every round)"
+                  if len(precisions) == 2 else ""))
     hdr = "%-14s %7s %5s %15s %15s %8s" % ("model", "threads", "batch", "PyTorch steps/s",
                                           "attnkit steps/s", "ratio")
+    if mixed:
+        hdr = "%-14s %7s %5s %9s %15s %15s %8s" % ("model", "threads", "batch", "precision",
+                                                  "PyTorch steps/s", "attnkit steps/s", "ratio")
     if args.rounds > 1:
         hdr += "  %13s" % "range"
     print(hdr)
     print("-" * len(hdr))
-    for task, n, batch, pt, ak, ratios in rows:
+    for task, n, batch, p, pt, ak, ratios in rows:
         ratio = "%.2fx" % statistics.median(ratios) if ratios else "n/a"
-        fmt = "%-14s %7d %5d %15.2f %15.2f %8s" if pt < 10 else "%-14s %7d %5d %15.1f %15.1f %8s"
-        line = fmt % (task, n, batch, pt, ak or float("nan"), ratio)
+        num = "%15.2f %15.2f %8s" if pt < 10 else "%15.1f %15.1f %8s"
+        if mixed:
+            line = ("%-14s %7d %5d %9s " + num) % (task, n, batch, p, pt, ak or float("nan"), ratio)
+        else:
+            line = ("%-14s %7d %5d " + num) % (task, n, batch, pt, ak or float("nan"), ratio)
         if args.rounds > 1 and ratios:
             line += "  %5.2fx-%5.2fx" % (min(ratios), max(ratios))
         print(line)
+    if speedups:
+        print()
+        print("bf16 / f32 steps/s, each ratio within one round%s" %
+              (" (median, range)" if args.rounds > 1 else ""))
+        hdr = "%-14s %7s %5s %22s %22s" % ("model", "threads", "batch", "PyTorch bf16/f32",
+                                           "attnkit bf16/f32")
+        print(hdr)
+        print("-" * len(hdr))
+
+        def cell(r):
+            if not r:
+                return "n/a"
+            if args.rounds > 1:
+                return "%.2fx (%.2fx-%.2fx)" % (statistics.median(r), min(r), max(r))
+            return "%.2fx" % r[0]
+
+        for task, n, batch, pt, ak in speedups:
+            print("%-14s %7d %5d %22s %22s" % (task, n, batch, cell(pt), cell(ak)))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@
 #include "engine/error.h"
 #include "engine/simd_target.h"
 #include "ops/gemm.h"
+#include "ops/gemm_bf16.h"
 
 namespace attnkit::bench {
 
@@ -26,6 +27,8 @@ inline bool apply_simd_target(const char* program) {
     return false;
   }
   benchmark::AddCustomContext("attnkit_simd_target", simd_target_name());
+  benchmark::AddCustomContext("attnkit_bf16_kernel", std::string(bf16_kernel_name(bf16_kernel())) +
+                                                         " (this CPU has: " + bf16_kernels_available() + ")");
   const char* forced = std::getenv("OPENBLAS_CORETYPE");
   benchmark::AddCustomContext(
       "openblas_kernels", std::string(openblas_get_corename()) +

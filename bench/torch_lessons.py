@@ -3,6 +3,7 @@
 import numpy as np
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 class MHA(nn.Module):
@@ -65,6 +66,38 @@ class Lesson(nn.Module):
         for block in self.layers:
             h = block(h)
         return self.head(h)
+
+def train_step(model, opt, classes, data, precision="f32"):
+    """One training step of model on the cycled (x, y) batches of data, as a function
+    returning the loss: cross-entropy averaged over all positions, backward, opt.step().
+
+    precision "bf16" is PyTorch's CPU mixed precision: the forward and the loss run under
+    torch.autocast("cpu", dtype=torch.bfloat16) (the products in bfloat16, on oneDNN), the
+    backward and the optimizer step outside it as PyTorch's AMP recipe has them; parameters,
+    gradients and Adam's moments stay float32 (no gradient scaling: bfloat16 has float32's
+    exponent range)."""
+    if precision not in ("f32", "bf16"):
+        raise ValueError("precision must be f32 or bf16, not %r" % (precision,))
+    state = {"i": 0}
+
+    def forward_loss(x, y):
+        logits = model(x)
+        return F.cross_entropy(logits.reshape(-1, classes), y.reshape(-1))
+
+    def step():
+        x, y = data[state["i"] % len(data)]
+        state["i"] += 1
+        opt.zero_grad(set_to_none=True)
+        if precision == "bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = forward_loss(x, y)
+        else:
+            loss = forward_loss(x, y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
 
 def targets(task, x, vocab):
     """The task's answers for token batch x [B, T] (numpy), as models/tasks.cc gives them."""

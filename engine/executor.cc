@@ -6,12 +6,15 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 
 #include "engine/barrier.h"
+#include "engine/error.h"
 #include "engine/rng.h"
 #include "engine/simd_target.h"
+#include "ops/gemm_bf16.h"
 
 namespace attnkit {
 
@@ -89,6 +92,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options)
       adaptive_(options.adaptive_threads),
       fixed_parameters_(options.fixed_parameters) {
   apply_simd_target_env();
+  bf16_ = options.precision == Precision::kBf16 && bf16_kernel() != Bf16Kernel::kNone;
   set_threads(options.threads);
   arena_.resize(plan_.arena_bytes);
   kept_.resize(plan_.kept_bytes);
@@ -110,6 +114,16 @@ Executor::Executor(const Graph& graph, ExecutorOptions options)
   init_parameters(options.seed);
   plan_barriers();
   task_counters_.reset(new TaskCounter[(graph.nodes().size() + 1) * kNodeTaskCounters]);
+}
+
+const char* precision_name(Precision p) { return p == Precision::kBf16 ? "bf16" : "f32"; }
+
+Precision parse_precision(const std::string& name) {
+  std::string n;
+  for (char ch : name) n += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (n == "f32" || n == "fp32" || n == "float32") return Precision::kF32;
+  if (n == "bf16" || n == "bfloat16") return Precision::kBf16;
+  throw Error("unknown precision '" + name + "' (choices: f32, bf16)");
 }
 
 namespace {
@@ -381,7 +395,7 @@ void Executor::run_nodes(size_t begin, size_t end, Adam* optimizer, int threads,
     for (size_t i = begin; i < end; ++i) {
       if (s.count > 1 && i > begin && barrier_before_[i]) barrier_ptr->wait();
       op_def(nodes[i].op).run(*this, nodes[i],
-                              s.count > 1 ? Slice{s.index, s.count, counters + i * kNodeTaskCounters} : s);
+                              Slice{s.index, s.count, s.count > 1 ? counters + i * kNodeTaskCounters : nullptr, bf16_});
       if (timing) lap(i);
     }
     if (optimizer) {

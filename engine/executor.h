@@ -24,6 +24,16 @@ class GradientHook {
   virtual void on_gradients(float* grads, int64_t n) = 0;
 };
 
+// Precision of the matrix products (Linear, matmul, the attention products of long
+// sequences). kBf16 is mixed precision: parameters, gradients, Adam and every other op stay
+// float32; the products take bf16-rounded inputs and sum in float32 (ops/gemm_bf16.h) on the
+// CPU's AMX-BF16 or AVX512-BF16 kernel. Without either, kBf16 runs float32 products
+// (bf16_kernel() says which kernel runs).
+enum class Precision { kF32, kBf16 };
+const char* precision_name(Precision p);  // "f32", "bf16"
+// "f32"/"float32"/"fp32" or "bf16"/"bfloat16" (case-insensitive); throws Error otherwise.
+Precision parse_precision(const std::string& name);
+
 struct ExecutorOptions {
   int threads = 1;     // at most this many OpenMP threads per run
   uint64_t seed = 0;   // parameter initialization
@@ -47,6 +57,7 @@ struct ExecutorOptions {
   // weights) on the first call only instead of on every call. ModelRunner sets it for
   // inference graphs (Predictor, attnkit infer and eval).
   bool fixed_parameters = false;
+  Precision precision = Precision::kF32;
 };
 
 class Executor final : public RunContext {
@@ -64,6 +75,9 @@ class Executor final : public RunContext {
   bool training() const override { return training_; }
   void set_threads(int threads);
   int threads() const { return threads_; }
+  // Whether the products run in bf16 (ExecutorOptions::precision kBf16 on a CPU with a bf16
+  // kernel).
+  bool bf16_products() const { return bf16_; }
   // Threads the next run uses (1 when adaptive measurement found more threads slower).
   int threads_in_use() const { return parallel_ ? threads_ : 1; }
 
@@ -136,6 +150,7 @@ class Executor final : public RunContext {
   // fixed_parameters, and whether the weights-only prefix's results in the arena are those of
   // the current parameters (a chunked plan keeps them alive to the end of a run).
   bool fixed_parameters_;
+  bool bf16_ = false;  // products in bf16 (ExecutorOptions::precision and a bf16 kernel here)
   bool prefix_current_ = false;
   bool parallel_ = true;
   int probe_runs_left_ = 0;

@@ -139,7 +139,8 @@ void attention_run(const RunContext& c, const Node& n, Slice s) {
   const float *q = c.f32(n.in[0]), *k = c.f32(n.in[1]), *v = c.f32(n.in[2]);
   float *y = c.f32(n.out[0]), *probs = c.f32(n.out[1]);
   const AttentionMasking mk = masking(c, n, n.in[3]);
-  const AttentionDims d = forward_dims(c, m, n);
+  AttentionDims d = forward_dims(c, m, n);
+  d.bf16 = s.bf16;
   if (d.ids) {  // whole batch entries: their heads add into the same rows
     for_each_product_range(m.b, s, [&](int64_t b0, int64_t b1) {
       attention_forward(q, k, v, probs, y, d, mk, b0 * m.h, b1 * m.h);
@@ -187,6 +188,7 @@ void attention_backward_run(const RunContext& c, const Node& n, Slice s) {
   const AttentionMasking mk = masking(c, n, n.in[5]);
   AttentionDims d = short_dims(m);
   d.sum_heads = n.attrs.sum_heads;  // dy [B, Tq, Dv / H], every head's output gradient
+  d.bf16 = s.bf16;
   for_each_product_range(m.b * m.h, s, [&](int64_t p0, int64_t p1) {
     attention_backward(q, k, v, probs, dy, dweights, dprobs, dq, dk, dv, n.accumulates(0), n.accumulates(1),
                        n.accumulates(2), d, mk, p0, p1);

@@ -156,7 +156,8 @@ void grad_products(const GradProduct& p, const Lead& out, bool accumulate, Slice
   // Broadcast: each gradient matrix sums its products in increasing product order, every
   // product on all the threads. The split is static (no task counter), so each thread owns the
   // same block of G in every call and reads back only what it wrote.
-  const Slice fixed{s.index, s.count};
+  Slice fixed{s.index, s.count};
+  fixed.bf16 = s.bf16;
   for (int64_t q0 = 0; q0 < p.gl.dim[0]; ++q0)
     for (int64_t q1 = 0; q1 < p.gl.dim[1]; ++q1) {
       float* gq = p.g + q0 * p.gl.stride[0] + q1 * p.gl.stride[1];

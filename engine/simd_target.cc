@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "engine/error.h"
+#include "ops/gemm_bf16.h"
 #include "hwy/highway.h"
 #include "hwy/targets.h"
 
@@ -60,7 +61,10 @@ void force_simd_target(const std::string& name) {
   const std::string wanted = upper(name);
   const int64_t before = g_disabled;
   disable(0);
-  if (wanted.empty() || wanted == "BEST") return;
+  if (wanted.empty() || wanted == "BEST") {
+    use_best_bf16_kernel();
+    return;
+  }
   const int64_t supported = hwy::SupportedTargets() & HWY_TARGETS;
   disable(before);  // unchanged unless the name is usable
   for (int64_t t : target_bits(HWY_TARGETS)) {
@@ -71,22 +75,59 @@ void force_simd_target(const std::string& name) {
     }
     // Every better target (a lower bit) is disabled; the chosen one is then the best left.
     disable(t - 1);
+    // The bf16 kernels need AVX-512: below it, behave as a CPU without them.
+    if (wanted.rfind("AVX3", 0) == 0) {
+      use_best_bf16_kernel();
+    } else {
+      set_bf16_kernel(Bf16Kernel::kNone);
+    }
     return;
   }
   throw Error("unknown SIMD target '" + name + "' (compiled in: " + joined(compiled_simd_targets()) +
               "; supported by this CPU: " + joined(supported_simd_targets()) + ")");
 }
 
+void force_bf16_kernel(const std::string& name) {
+  std::string wanted;
+  for (char ch : upper(name))
+    if (ch != '-' && ch != '_') wanted += ch;
+  if (wanted.empty() || wanted == "BEST") {
+    use_best_bf16_kernel();
+    return;
+  }
+  Bf16Kernel kernel;
+  if (wanted == "AMX" || wanted == "AMXBF16") {
+    kernel = Bf16Kernel::kAmx;
+  } else if (wanted == "AVX512BF16") {
+    kernel = Bf16Kernel::kAvx512Bf16;
+  } else if (wanted == "NONE" || wanted == "F32" || wanted == "FLOAT32") {
+    kernel = Bf16Kernel::kNone;
+  } else {
+    throw Error("unknown bf16 kernel '" + name + "' (choices: amx, avx512_bf16, none; this machine has: " +
+                bf16_kernels_available() + ")");
+  }
+  if (!set_bf16_kernel(kernel))
+    throw Error(std::string("bf16 kernel ") + bf16_kernel_name(kernel) + " is not supported by this CPU (it has: " +
+                bf16_kernels_available() + ")");
+}
+
 void apply_simd_target_env() {
   static std::once_flag once;
   static std::string failure;
   std::call_once(once, [] {
-    const char* value = std::getenv("ATTNKIT_SIMD_TARGET");
-    if (!value) return;
-    try {
-      force_simd_target(value);
-    } catch (const Error& e) {
-      failure = std::string("ATTNKIT_SIMD_TARGET=") + value + ": " + e.what();
+    for (const char* var : {"ATTNKIT_SIMD_TARGET", "ATTNKIT_BF16"}) {
+      const char* value = std::getenv(var);
+      if (!value) continue;
+      try {
+        if (std::string(var) == "ATTNKIT_SIMD_TARGET") {
+          force_simd_target(value);
+        } else {
+          force_bf16_kernel(value);
+        }
+      } catch (const Error& e) {
+        failure = std::string(var) + "=" + value + ": " + e.what();
+        return;
+      }
     }
   });
   if (!failure.empty()) throw Error(failure);

@@ -21,7 +21,14 @@ std::vector<std::string> supported_simd_targets();
 // before running kernels.
 void force_simd_target(const std::string& name);
 
-// Applies ATTNKIT_SIMD_TARGET once per process (later calls do nothing, or throw the same
+// Makes the bf16 products (ops/gemm_bf16.h) use the kernel `name` (case-insensitive: "amx",
+// "avx512_bf16", "none" — none rounds the inputs and uses the float32 kernels, and makes
+// Precision::kBf16 run float32 products) or, for "" or "best", the best one again. Throws
+// attnkit::Error naming the kernel and the choices when the name is unknown or this CPU lacks
+// it. Forcing a SIMD target below AVX3 also selects "none" (an AVX2 CPU has no bf16 kernel).
+void force_bf16_kernel(const std::string& name);
+
+// Applies ATTNKIT_SIMD_TARGET, then ATTNKIT_BF16 (force_bf16_kernel's names), once per process (later calls do nothing, or throw the same
 // error again). Executor's constructor calls it, so a program using the engine honours the
 // variable; programs calling the kernels in ops/ directly call it first. Throws
 // attnkit::Error naming the variable, its value and the choices when the value is not usable.

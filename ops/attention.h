@@ -21,6 +21,8 @@ struct AttentionDims {
   // [B, tq, dvh] gradient, every head's); forward only: accumulate: y's contents are added
   // to; relu: max(·, 0) once a block of y has its last contribution. dh and dvh may differ.
   bool sum_heads = false, accumulate = false, relu = false;
+  // Mixed precision: the GEMM path's products (long sequences) take bf16 inputs (Slice::bf16).
+  bool bf16 = false;
   // Indexed (inference, Graph::index_attention_lookups): q, k, v are tables [V, T, d or dv]
   // with T = tq = tk, and row t of batch entry b is row ids[b·T + t]·T + t of each; start
   // (optional, with the same rows, y_row() wide) is y's starting value. accumulate is then off.

@@ -10,6 +10,15 @@
 #include "ops/softmax.h"
 
 namespace attnkit {
+
+namespace {
+// One thread's slice for the GEMM path's per-product calls, in the precision m asks for.
+Slice bf16_slice(const AttentionDims& m) {
+  Slice s;
+  s.bf16 = m.bf16;
+  return s;
+}
+}  // namespace
 namespace {
 
 // Softmax over the score rows of products [p0, p1) at once (they are contiguous in the
@@ -37,7 +46,7 @@ void values_gemm(const float* probs, const float* v, float* y, const AttentionDi
   const int64_t b = p / m.heads, h = p % m.heads, ldy = m.y_row();
   float* yp = y + b * m.tq * ldy + h * m.y_head();
   sgemm_slice(false, false, m.tq, m.dvh, m.tk, 1.0f, probs + p * m.tq * m.tk, m.tk, v + b * m.tk * m.dv + h * m.dvh,
-              m.dv, m.y_add(h) ? 1.0f : 0.0f, yp, ldy, Slice{});
+              m.dv, m.y_add(h) ? 1.0f : 0.0f, yp, ldy, bf16_slice(m));
   if (m.relu && m.y_last(h))
     for (int64_t i = 0; i < m.tq; ++i) relu_forward(yp + i * ldy, yp + i * ldy, m.dvh);
 }
@@ -104,7 +113,7 @@ void attention_forward(const float* q, const float* k, const float* v, float* pr
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t b = p / m.heads, h = p % m.heads;
     sgemm_slice(false, true, m.tq, m.tk, m.dh, 1.0f, q + b * m.tq * m.d + h * m.dh, m.d,
-                k + b * m.tk * m.d + h * m.dh, m.d, 0.0f, probs + p * tt, m.tk, Slice{});
+                k + b * m.tk * m.d + h * m.dh, m.d, 0.0f, probs + p * tt, m.tk, bf16_slice(m));
     softmax_rows(p, p + 1);
     values_gemm(probs, v, y, m, p);
   }
@@ -130,21 +139,21 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
     // dP = dy·Vᵀ + the weights' own gradient.
     if (dy)
       sgemm_slice(false, true, m.tq, m.tk, m.dvh, 1.0f, dy_p, ldy, v + b * m.tk * m.dv + h * m.dvh,
-                  m.dv, 0.0f, dS, m.tk, Slice{});
+                  m.dv, 0.0f, dS, m.tk, bf16_slice(m));
     if (dweights) axpy(1.0f, dweights + p * tt, dS, tt, /*accumulate=*/dy != nullptr, Slice{});
     if (dv && dy)
       sgemm_slice(true, false, m.tk, m.dvh, m.tq, 1.0f, probs + p * tt, m.tk, dy_p, ldy,
-                  accumulate_v ? 1.0f : 0.0f, dv + b * m.tk * m.dv + h * m.dvh, m.dv, Slice{});
+                  accumulate_v ? 1.0f : 0.0f, dv + b * m.tk * m.dv + h * m.dvh, m.dv, bf16_slice(m));
     for_each_mask_run(m, mk, p, p + 1, [&](int64_t r0, int64_t r1, const SoftmaxMask& mask) {
       softmax_backward(probs + r0 * tt, dprobs + r0 * tt, dprobs + r0 * tt, r1 - r0, m.tq, m.tk,
                        mk.scale, mask, false);
     });
     if (dq)
       sgemm_slice(false, false, m.tq, m.dh, m.tk, 1.0f, dS, m.tk, k + b * m.tk * m.d + h * m.dh, m.d,
-                  accumulate_q ? 1.0f : 0.0f, dq + b * m.tq * m.d + h * m.dh, m.d, Slice{});
+                  accumulate_q ? 1.0f : 0.0f, dq + b * m.tq * m.d + h * m.dh, m.d, bf16_slice(m));
     if (dk)
       sgemm_slice(true, false, m.tk, m.dh, m.tq, 1.0f, dS, m.tk, q + b * m.tq * m.d + h * m.dh, m.d,
-                  accumulate_k ? 1.0f : 0.0f, dk + b * m.tk * m.d + h * m.dh, m.d, Slice{});
+                  accumulate_k ? 1.0f : 0.0f, dk + b * m.tk * m.d + h * m.dh, m.d, bf16_slice(m));
   }
 }
 

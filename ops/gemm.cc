@@ -1,6 +1,7 @@
 // sgemm and its batched forms: Highway kernels with runtime dispatch (ops/gemm_kernels-inl.h),
 // OpenMP over blocks of C, and an OpenBLAS backend for comparison.
 #include "ops/gemm.h"
+#include "ops/gemm_bf16.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/gemm.cc"
@@ -140,7 +141,7 @@ void openblas_rows(const GemmArgs& g, int64_t i0, int64_t i1) {
 
 // Rows [i0, i1) of products [p0, p1) of a batch.
 void products(const GemmArgs& g, const GemmBatch& batch, int64_t p0, int64_t p1, int64_t i0,
-              int64_t i1) {
+              int64_t i1, bool bf16) {
   if (p0 >= p1 || i0 >= i1 || g.n == 0) return;
   const gemm_detail::ProductSpan span{p0,          p1,          batch.heads,   batch.a_batch,
                                       batch.a_head, batch.b_batch, batch.b_head, batch.c_batch,
@@ -151,6 +152,13 @@ void products(const GemmArgs& g, const GemmBatch& batch, int64_t p0, int64_t p1,
   }
   if (g_backend.load(std::memory_order_relaxed) == GemmBackend::kOpenBLAS) {
     span.for_each(g, [&](const GemmArgs& gp) { openblas_rows(gp, i0, i1); });
+    return;
+  }
+  if (bf16 && bf16_product_worth(g.m, g.n, g.k)) {
+    span.for_each(g, [&](const GemmArgs& gp) {
+      bf16_gemm_block(gp.trans_a, gp.trans_b, gp.m, gp.n, gp.k, gp.alpha, gp.a, gp.lda, gp.b, gp.ldb, gp.beta,
+                      gp.c, gp.ldc, i0, i1, 0, gp.n);
+    });
     return;
   }
   HWY_DYNAMIC_DISPATCH(GemmProductsTarget)(g, span, i0, i1);
@@ -174,6 +182,35 @@ bool dynamic_product(const GemmArgs& g, Slice s) {
   if (g.m < g.n || g.m < 4 * gemm_detail::kMR * s.count) return false;
   HWY_DYNAMIC_DISPATCH(GemmRowsDynamicTarget)(g, &s.tasks->next, dynamic_task_rows(g.m, s.count));
   return true;
+}
+
+// The mixed-precision form of sgemm_epilogue_slice: this slice's block of C from bf16
+// operands (ops/gemm_bf16.h), then the epilogue on it, and the column sums B's owner of row 0
+// computes in k order (bitwise bias_backward's, as the float32 path's).
+void bf16_product(const GemmArgs& g, const GemmEpilogue& e, Slice s) {
+  const Block blk = block_of_slice(g.m, g.n, s, false);
+  if (blk.i0 >= blk.i1 || blk.j0 >= blk.j1) return;
+  Bf16BlockExtras extras;
+  if (g.bias || g.has_epilogue()) {  // the bias and the epilogue on each finished block, in cache
+    extras.ctx = &g;
+    extras.done = [](const void* ctx, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+      const GemmArgs& ga = *static_cast<const GemmArgs*>(ctx);
+      if (ga.bias) {
+        for (int64_t i = i0; i < i1; ++i) {
+          float* row = ga.c + i * ga.ldc;
+          for (int64_t j = j0; j < j1; ++j) row[j] += ga.bias[j];
+        }
+      }
+      if (ga.has_epilogue()) HWY_DYNAMIC_DISPATCH(EpilogueTarget)(ga, i0, i1, j0, j1);
+    };
+  }
+  // The column sums of B (a bias gradient) while B is packed, by the block holding row 0.
+  if (e.colsum && sgemm_fuses_colsum(g.trans_b, g.m, g.n, g.k) && blk.i0 == 0) {
+    extras.colsum = e.colsum + blk.j0;
+    if (!e.colsum_accumulate) std::fill(e.colsum + blk.j0, e.colsum + blk.j1, 0.0f);
+  }
+  bf16_gemm_block(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, g.c, g.ldc,
+                  blk.i0, blk.i1, blk.j0, blk.j1, &extras);
 }
 
 bool worth_threads(int64_t work) {
@@ -216,7 +253,8 @@ void sgemm_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
   // Small whole products (one call per attention head): straight to the kernels, without the
   // epilogue and slicing layers, whose cost is a quarter of a 10 × 10 × 16 product's.
   if (s.count <= 1 && m > 0 && n > 0 && k > 0 && m <= 32 && n <= 64 && alpha != 0.0f &&
-      g_backend.load(std::memory_order_relaxed) == GemmBackend::kAttnkit) {
+      g_backend.load(std::memory_order_relaxed) == GemmBackend::kAttnkit &&
+      !(s.bf16 && bf16_product_worth(m, n, k))) {
     GemmArgs g;  // field by field: the aggregate's zero fill is a `rep stos` of ~30 cycles
     g.trans_a = trans_a, g.trans_b = trans_b;
     g.m = m, g.n = n, g.k = k;
@@ -252,6 +290,10 @@ void sgemm_epilogue_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
     g.colsum_accumulate = e.colsum_accumulate;
   }
   const bool openblas = g_backend.load(std::memory_order_relaxed) == GemmBackend::kOpenBLAS;
+  if (s.bf16 && !openblas && k > 0 && alpha != 0.0f && bf16_product_worth(m, n, k)) {
+    bf16_product(g, e, s);
+    return;
+  }
   if (s.dynamic() && !openblas && k > 0 && alpha != 0.0f && dynamic_product(g, s)) return;
   const Block blk = block_of_slice(m, n, s, openblas);
   if (blk.i0 >= blk.i1 || blk.j0 >= blk.j1) return;
@@ -288,7 +330,7 @@ void sgemm_batched_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64
   const GemmArgs g{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
   if (count >= s.count) {
     auto [p0, p1] = slice_range(count, s);
-    products(g, batch, p0, p1, 0, m);
+    products(g, batch, p0, p1, 0, m, s.bf16);
     return;
   }
   // Fewer products than slices: slices index, index + count, … share product index % count
@@ -297,7 +339,7 @@ void sgemm_batched_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64
   const Slice sub{static_cast<int>(s.index / count),
                   static_cast<int>((s.count - p + count - 1) / count)};
   auto [i0, i1] = slice_range_grain(m, gemm_detail::kMR, sub);
-  products(g, batch, p, p + 1, i0, i1);
+  products(g, batch, p, p + 1, i0, i1, s.bf16);
 }
 
 void sgemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,

@@ -105,8 +105,8 @@ struct Scratch {
   struct Free {
     void operator()(void* p) const { std::free(p); }
   };
-  std::unique_ptr<void, Free> data[2];
-  size_t capacity[2] = {0, 0};
+  std::unique_ptr<void, Free> data[3];
+  size_t capacity[3] = {0, 0, 0};
   void* get(int slot, size_t bytes) {
     if (bytes > capacity[slot]) {
       const size_t rounded = (bytes + 63) / 64 * 64;
@@ -148,70 +148,96 @@ ATTNKIT_AVX512_BF16 inline void transpose_dwords(const uint32_t* t, uint16_t* ou
     _mm512_store_si512(out + x * kTileK, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xffff, rows, t + x, 4));
 }
 
-// op(A) rows [i0, i1), all of k, into A tiles (m tiles padded to mt, k tiles kt).
+// op(A) rows [i0, i1), all of k, into A tiles (m tiles padded to mt, k tiles kt). Each
+// source row is read in order: A's rows (k-major when transposed) one band after another, so
+// no pass strides down thousands of rows (a TLB miss a row).
 ATTNKIT_AVX512_BF16 void pack_a(bool trans_a, const float* a, int64_t lda, int64_t i0, int64_t i1, int64_t k,
                                 int64_t mt, int64_t kt, uint16_t* out) {
   alignas(64) uint32_t t[16 * 16];
-  for (int64_t tm = 0; tm < mt; ++tm) {
-    const int64_t ib = i0 + tm * kTile;
-    for (int64_t tk = 0; tk < kt; ++tk) {
-      uint16_t* tile = out + (tm * kt + tk) * kTileElems;
-      const int64_t k0 = tk * kTileK;
-      if (!trans_a) {  // row i of the tile: A[i, k0 .. k0+31]
-        const __mmask16 lo = first_n(k - k0), hi = first_n(k - k0 - 16);
-        for (int64_t r = 0; r < kTile; ++r) {
-          const int64_t i = ib + r;
+  if (!trans_a) {  // row i of a tile: A[i, k0 .. k0+31]; a tile row of tiles reads 16 rows along
+    for (int64_t tm = 0; tm < mt; ++tm) {
+      const int64_t ib = i0 + tm * kTile;
+      for (int64_t r = 0; r < kTile; ++r) {
+        const int64_t i = ib + r;
+        for (int64_t tk = 0; tk < kt; ++tk) {
+          uint16_t* row = out + (tm * kt + tk) * kTileElems + r * kTileK;
+          const int64_t k0 = tk * kTileK;
           __m512i v = _mm512_setzero_si512();
           if (i < i1) {
             const float* src = a + i * lda + k0;
-            v = to_bf16(_mm512_maskz_loadu_ps(lo, src), _mm512_maskz_loadu_ps(hi, src + 16));
+            v = to_bf16(_mm512_maskz_loadu_ps(first_n(k - k0), src), _mm512_maskz_loadu_ps(first_n(k - k0 - 16), src + 16));
           }
-          _mm512_store_si512(tile + r * kTileK, v);
+          _mm512_store_si512(row, v);
         }
-      } else {  // A stored k × m: pairs of its rows give dword columns; transpose them
-        const __mmask16 cols = first_n(i1 - ib);
-        for (int64_t r = 0; r < kTile; ++r) {
-          const int64_t kk = k0 + 2 * r;
-          const __m512 even = kk < k ? _mm512_maskz_loadu_ps(cols, a + kk * lda + ib) : _mm512_setzero_ps();
-          const __m512 odd = kk + 1 < k ? _mm512_maskz_loadu_ps(cols, a + (kk + 1) * lda + ib) : _mm512_setzero_ps();
-          _mm512_store_si512(t + r * 16, interleave_rows(even, odd));
-        }
-        transpose_dwords(t, tile);
       }
+    }
+    return;
+  }
+  // A stored k × m: pairs of its rows give dword columns; transpose them. A band of 32 rows of
+  // A (one k tile) is read across all its columns before the next.
+  for (int64_t tk = 0; tk < kt; ++tk) {
+    const int64_t k0 = tk * kTileK;
+    for (int64_t tm = 0; tm < mt; ++tm) {
+      const int64_t ib = i0 + tm * kTile;
+      const __mmask16 cols = first_n(i1 - ib);
+      for (int64_t r = 0; r < kTile; ++r) {
+        const int64_t kk = k0 + 2 * r;
+        const __m512 even = kk < k ? _mm512_maskz_loadu_ps(cols, a + kk * lda + ib) : _mm512_setzero_ps();
+        const __m512 odd = kk + 1 < k ? _mm512_maskz_loadu_ps(cols, a + (kk + 1) * lda + ib) : _mm512_setzero_ps();
+        _mm512_store_si512(t + r * 16, interleave_rows(even, odd));
+      }
+      transpose_dwords(t, out + (tm * kt + tk) * kTileElems);
     }
   }
 }
 
-// op(B) columns [j0, j1), all of k, into B tiles in VNNI form (n tiles padded to nt).
+// op(B) columns [j0, j1), all of k, into B tiles in VNNI form (n tiles padded to nt), B's
+// rows read in order as in pack_a.
+// With colsum (B not transposed): colsum[j - j0] += B[kk, j] row after row, as it is read.
 ATTNKIT_AVX512_BF16 void pack_b(bool trans_b, const float* b, int64_t ldb, int64_t j0, int64_t j1, int64_t k,
-                                int64_t nt, int64_t kt, uint16_t* out) {
+                                int64_t nt, int64_t kt, uint16_t* out, float* colsum) {
   alignas(64) uint32_t t[16 * 16];
+  if (!trans_b) {  // B stored k × n: rows 2r, 2r+1 interleaved are tile row r, across all tiles
+    for (int64_t tk = 0; tk < kt; ++tk) {
+      for (int64_t r = 0; r < kTile; ++r) {
+        const int64_t kk = tk * kTileK + 2 * r;
+        const float* even_row = b + kk * ldb;
+        const float* odd_row = even_row + ldb;
+        const bool has_even = kk < k, has_odd = kk + 1 < k;
+        for (int64_t tn = 0; tn < nt; ++tn) {
+          const int64_t jb = j0 + tn * kTile;
+          const __mmask16 cols = first_n(j1 - jb);
+          const __m512 even = has_even ? _mm512_maskz_loadu_ps(cols, even_row + jb) : _mm512_setzero_ps();
+          const __m512 odd = has_odd ? _mm512_maskz_loadu_ps(cols, odd_row + jb) : _mm512_setzero_ps();
+          _mm512_store_si512(out + (tn * kt + tk) * kTileElems + r * kTileK, interleave_rows(even, odd));
+          if (colsum && cols) {
+            float* sum = colsum + (jb - j0);
+            __m512 v = _mm512_maskz_loadu_ps(cols, sum);
+            if (has_even) v = _mm512_add_ps(v, even);
+            if (has_odd) v = _mm512_add_ps(v, odd);
+            _mm512_mask_storeu_ps(sum, cols, v);
+          }
+        }
+      }
+    }
+    return;
+  }
+  // B stored n × k: column j's 32 k values are 16 pairs; transpose them.
   for (int64_t tn = 0; tn < nt; ++tn) {
     const int64_t jb = j0 + tn * kTile;
     for (int64_t tk = 0; tk < kt; ++tk) {
-      uint16_t* tile = out + (tn * kt + tk) * kTileElems;
       const int64_t k0 = tk * kTileK;
-      if (!trans_b) {  // B stored k × n: rows 2r, 2r+1 interleaved are tile row r
-        const __mmask16 cols = first_n(j1 - jb);
-        for (int64_t r = 0; r < kTile; ++r) {
-          const int64_t kk = k0 + 2 * r;
-          const __m512 even = kk < k ? _mm512_maskz_loadu_ps(cols, b + kk * ldb + jb) : _mm512_setzero_ps();
-          const __m512 odd = kk + 1 < k ? _mm512_maskz_loadu_ps(cols, b + (kk + 1) * ldb + jb) : _mm512_setzero_ps();
-          _mm512_store_si512(tile + r * kTileK, interleave_rows(even, odd));
+      const __mmask16 lo = first_n(k - k0), hi = first_n(k - k0 - 16);
+      for (int64_t c = 0; c < kTile; ++c) {
+        const int64_t j = jb + c;
+        __m512i v = _mm512_setzero_si512();
+        if (j < j1) {
+          const float* src = b + j * ldb + k0;
+          v = to_bf16(_mm512_maskz_loadu_ps(lo, src), _mm512_maskz_loadu_ps(hi, src + 16));
         }
-      } else {  // B stored n × k: column j's 32 k values are 16 pairs; transpose them
-        const __mmask16 lo = first_n(k - k0), hi = first_n(k - k0 - 16);
-        for (int64_t c = 0; c < kTile; ++c) {
-          const int64_t j = jb + c;
-          __m512i v = _mm512_setzero_si512();
-          if (j < j1) {
-            const float* src = b + j * ldb + k0;
-            v = to_bf16(_mm512_maskz_loadu_ps(lo, src), _mm512_maskz_loadu_ps(hi, src + 16));
-          }
-          _mm512_store_si512(t + c * 16, v);
-        }
-        transpose_dwords(t, tile);
+        _mm512_store_si512(t + c * 16, v);
       }
+      transpose_dwords(t, out + (tn * kt + tk) * kTileElems);
     }
   }
 }
@@ -223,6 +249,11 @@ struct Out {
   int64_t ldc;
   float alpha, beta;
   int64_t i1, j1;  // rows and columns of C that exist (absolute)
+  const Bf16BlockExtras* extras;
+  // Rows [i0, i1) × columns [j0, j1) of C hold their final values (clipped to C).
+  void finished(int64_t i0, int64_t i1_, int64_t j0, int64_t j1_) const {
+    if (extras && extras->done) extras->done(extras->ctx, i0, std::min(i1_, i1), j0, std::min(j1_, j1));
+  }
 };
 
 // C[ib.., jb..] = alpha·acc + beta·C for the part of the 32 × 32 block acc (row stride 32)
@@ -298,6 +329,7 @@ ATTNKIT_AVX512_BF16 void multiply_avx512(const uint16_t* pa, const uint16_t* pb,
         if (ib + 8 < o.i1) dot_8x32(a_tiles, b0, b0 + kt * kTileElems, kt, 8, acc + 8 * 32);
         store_block(acc, kTile, o, ib, j0 + tn * kTile);
       }
+      o.finished(ib, ib + kTile, j0 + n0 * kTile, j0 + n1 * kTile);
     }
   }
 }
@@ -313,9 +345,14 @@ struct alignas(64) TileConfig {
 };
 
 // Tiles 0-3: C (2 × 2 blocks of 16 × 16 floats); 4, 5: A tiles; 6, 7: B tiles. All 16 rows of
-// 64 bytes.
+// 64 bytes. Long k runs in blocks of kKc tiles (the A strips of a row pair, 2 × 16 KB, stay in
+// L1 while a panel of B, ≤ 512 KB, stays in L2); the sums of all but the last block wait in
+// `partial` (float32, [mt·16][nt·16]).
+constexpr int64_t kKc = 16;        // k tiles per block (512 values)
+constexpr int64_t kKcWhole = 24;   // up to this many k tiles: one block, no partial sums
+
 ATTNKIT_AMX_BF16 void multiply_amx(const uint16_t* pa, const uint16_t* pb, int64_t mt, int64_t nt, int64_t kt,
-                                   const Out& o, int64_t i0, int64_t j0) {
+                                   const Out& o, int64_t i0, int64_t j0, float* partial) {
   TileConfig cfg;
   std::memset(&cfg, 0, sizeof cfg);
   cfg.palette_id = 1;
@@ -323,37 +360,60 @@ ATTNKIT_AMX_BF16 void multiply_amx(const uint16_t* pa, const uint16_t* pb, int64
   _tile_loadconfig(&cfg);
   alignas(64) float acc[32 * 32];
   constexpr int64_t kStride = 64;  // bytes between tile rows in the packed operands
-  const int64_t panel = panel_tiles(kt, nt);
-  for (int64_t n0 = 0; n0 < nt; n0 += panel) {
-    const int64_t n1 = std::min(nt, n0 + panel);
-    for (int64_t tm = 0; tm < mt; tm += 2) {
-      const int64_t ib = i0 + tm * kTile;
-      if (ib >= o.i1) break;
-      const uint16_t* a0 = pa + tm * kt * kTileElems;
-      const uint16_t* a1 = a0 + kt * kTileElems;
-      for (int64_t tn = n0; tn < n1; tn += 2) {
-        const uint16_t* b0 = pb + tn * kt * kTileElems;
-        const uint16_t* b1 = b0 + kt * kTileElems;
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-        for (int64_t tk = 0; tk < kt; ++tk) {
-          const int64_t off = tk * kTileElems;
-          _tile_loadd(4, a0 + off, kStride);
-          _tile_loadd(6, b0 + off, kStride);
-          _tile_loadd(5, a1 + off, kStride);
-          _tile_loadd(7, b1 + off, kStride);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
+  const int64_t kc = kt <= kKcWhole ? kt : kKc;
+  const int64_t ld = nt * kTile;  // floats in a row of `partial`
+  const int64_t ld_bytes = ld * 4;
+  for (int64_t k0 = 0; k0 < kt; k0 += kc) {
+    const int64_t k1 = std::min(kt, k0 + kc);
+    const bool first = k0 == 0, last = k1 == kt;
+    const int64_t panel = panel_tiles(k1 - k0, nt);
+    for (int64_t n0 = 0; n0 < nt; n0 += panel) {
+      const int64_t n1 = std::min(nt, n0 + panel);
+      for (int64_t tm = 0; tm < mt; tm += 2) {
+        const int64_t ib = i0 + tm * kTile;
+        if (ib >= o.i1) break;
+        const uint16_t* a0 = pa + tm * kt * kTileElems;
+        const uint16_t* a1 = a0 + kt * kTileElems;
+        for (int64_t tn = n0; tn < n1; tn += 2) {
+          const uint16_t* b0 = pb + tn * kt * kTileElems;
+          const uint16_t* b1 = b0 + kt * kTileElems;
+          float* p = partial ? partial + tm * kTile * ld + tn * kTile : nullptr;
+          if (first) {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+          } else {
+            _tile_loadd(0, p, ld_bytes);
+            _tile_loadd(1, p + kTile, ld_bytes);
+            _tile_loadd(2, p + kTile * ld, ld_bytes);
+            _tile_loadd(3, p + kTile * ld + kTile, ld_bytes);
+          }
+          for (int64_t tk = k0; tk < k1; ++tk) {
+            const int64_t off = tk * kTileElems;
+            _tile_loadd(4, a0 + off, kStride);
+            _tile_loadd(6, b0 + off, kStride);
+            _tile_loadd(5, a1 + off, kStride);
+            _tile_loadd(7, b1 + off, kStride);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+          }
+          if (last) {
+            _tile_stored(0, acc, 128);
+            _tile_stored(1, acc + 16, 128);
+            _tile_stored(2, acc + 16 * 32, 128);
+            _tile_stored(3, acc + 16 * 32 + 16, 128);
+            store_block(acc, 2 * kTile, o, ib, j0 + tn * kTile);
+          } else {
+            _tile_stored(0, p, ld_bytes);
+            _tile_stored(1, p + kTile, ld_bytes);
+            _tile_stored(2, p + kTile * ld, ld_bytes);
+            _tile_stored(3, p + kTile * ld + kTile, ld_bytes);
+          }
         }
-        _tile_stored(0, acc, 128);
-        _tile_stored(1, acc + 16, 128);
-        _tile_stored(2, acc + 16 * 32, 128);
-        _tile_stored(3, acc + 16 * 32 + 16, 128);
-        store_block(acc, 2 * kTile, o, ib, j0 + tn * kTile);
+        if (last) o.finished(ib, ib + 2 * kTile, j0 + n0 * kTile, j0 + n1 * kTile);
       }
     }
   }
@@ -426,6 +486,8 @@ bool set_bf16_kernel(Bf16Kernel kernel) {
   return true;
 }
 
+void use_best_bf16_kernel() { g_kernel.store(-1); }
+
 const char* bf16_kernel_name(Bf16Kernel kernel) {
   switch (kernel) {
     case Bf16Kernel::kAmx: return "AMX-BF16";
@@ -446,26 +508,39 @@ bool bf16_product_worth(int64_t m, int64_t n, int64_t k) { return m >= 16 && n >
 
 void bf16_gemm_block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                      int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, int64_t i0,
-                     int64_t i1, int64_t j0, int64_t j1) {
+                     int64_t i1, int64_t j0, int64_t j1, const Bf16BlockExtras* extras) {
   (void)m, (void)n;
+  float* colsum = extras && !trans_b ? extras->colsum : nullptr;
+  auto plain_colsum = [&] {  // without packing: row by row, each column in k order
+    if (!colsum) return;
+    for (int64_t kk = 0; kk < k; ++kk)
+      for (int64_t j = j0; j < j1; ++j) colsum[j - j0] += b[kk * ldb + j];
+  };
   if (i0 >= i1 || j0 >= j1) return;
+  const bool done = extras && extras->done;
   if (k <= 0 || alpha == 0.0f) {
     scale_block(beta, c, ldc, i0, i1, j0, j1);
+    if (done) extras->done(extras->ctx, i0, i1, j0, j1);
+    plain_colsum();
     return;
   }
   const Bf16Kernel kernel = bf16_kernel();
   if (kernel == Bf16Kernel::kNone) {
     multiply_rounded(trans_a, trans_b, k, alpha, a, lda, b, ldb, beta, c, ldc, i0, i1, j0, j1);
+    if (done) extras->done(extras->ctx, i0, i1, j0, j1);
+    plain_colsum();
     return;
   }
   const int64_t mt = even_tiles(i1 - i0), nt = even_tiles(j1 - j0), kt = ceil_div(k, kTileK);
   auto* pa = static_cast<uint16_t*>(scratch().get(0, static_cast<size_t>(mt * kt * kTileElems) * 2));
   auto* pb = static_cast<uint16_t*>(scratch().get(1, static_cast<size_t>(nt * kt * kTileElems) * 2));
   pack_a(trans_a, a, lda, i0, i1, k, mt, kt, pa);
-  pack_b(trans_b, b, ldb, j0, j1, k, nt, kt, pb);
-  const Out o{c, ldc, alpha, beta, i1, j1};
+  pack_b(trans_b, b, ldb, j0, j1, k, nt, kt, pb, colsum);
+  const Out o{c, ldc, alpha, beta, i1, j1, extras};
   if (kernel == Bf16Kernel::kAmx) {
-    multiply_amx(pa, pb, mt, nt, kt, o, i0, j0);
+    float* partial = kt > kKcWhole ? static_cast<float*>(scratch().get(2, static_cast<size_t>(mt * nt) * kTileElems * 2))
+                                   : nullptr;
+    multiply_amx(pa, pb, mt, nt, kt, o, i0, j0, partial);
   } else {
     multiply_avx512(pa, pb, mt, nt, kt, o, i0, j0);
   }
@@ -482,7 +557,7 @@ void bf16_gemm_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
       std::tie(j0, j1) = slice_range_grain(n, 2 * kTile, s);
     }
   }
-  bf16_gemm_block(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, i0, i1, j0, j1);
+  bf16_gemm_block(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, i0, i1, j0, j1, nullptr);
 }
 
 void bf16_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

@@ -34,6 +34,8 @@ std::string bf16_kernels_available();
 // thread-safe: call it before running products (engine/simd_target.h's force_bf16_kernel
 // and the ATTNKIT_BF16 variable use it).
 bool set_bf16_kernel(Bf16Kernel kernel);
+// Back to the best kernel this machine supports.
+void use_best_bf16_kernel();
 
 // x rounded to the nearest bf16 value (ties to even; subnormals to signed zero; NaN quiet),
 // as a float: what the kernels multiply.
@@ -54,10 +56,22 @@ void bf16_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                int64_t ldc);
 
+// What sgemm_epilogue_slice's bf16 path adds to a block product.
+struct Bf16BlockExtras {
+  // Called as blocks of C get their final values (while they are still in cache), blocks that
+  // together cover the range once: a fused epilogue (bias, ReLU, mask, residual). Optional.
+  void (*done)(const void* ctx, int64_t i0, int64_t i1, int64_t j0, int64_t j1) = nullptr;
+  const void* ctx = nullptr;
+  // With B not transposed: colsum[j] += Σ_kk B[kk, j] for the block's columns, each column
+  // summed in k order while B is packed (a Linear's bias gradient; the caller zeroes it).
+  float* colsum = nullptr;
+};
+
 // Rows [i0, i1) × columns [j0, j1) of that product (the building block of the above and of
 // sgemm_epilogue_slice's bf16 path).
 void bf16_gemm_block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                      const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                     int64_t ldc, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
+                     int64_t ldc, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                     const Bf16BlockExtras* extras = nullptr);
 
 }  // namespace attnkit

@@ -26,10 +26,14 @@ struct Slice {
   // machine leaves its share to the others — as long as every value is computed the same
   // way whatever thread computes it. Kernels that split by index ignore it.
   TaskCounter* tasks = nullptr;
+  // Mixed precision (ExecutorOptions::precision): the matrix products this slice runs take
+  // bf16 inputs with float32 sums (ops/gemm_bf16.h) where their shape makes it pay. Set by
+  // the engine only when this CPU has a bf16 kernel.
+  bool bf16 = false;
 
   // This slice with counter i (< kNodeTaskCounters) first: for a second dynamic kernel call
   // in the same node.
-  Slice with_counter(int i) const { return Slice{index, count, tasks ? tasks + i : nullptr}; }
+  Slice with_counter(int i) const { return Slice{index, count, tasks ? tasks + i : nullptr, bf16}; }
   bool dynamic() const { return tasks != nullptr && count > 1; }
 };
 

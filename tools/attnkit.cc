@@ -18,6 +18,7 @@
 #include "engine/executor.h"
 #include "engine/simd_target.h"
 #include "ops/gemm.h"
+#include "ops/gemm_bf16.h"
 #include "tools/cli_parser.h"
 #include "tools/commands.h"
 #include "tools/mpi_collective.h"
@@ -42,6 +43,9 @@ std::string version_text() {
          (std::getenv("ATTNKIT_SIMD_TARGET") ? " (ATTNKIT_SIMD_TARGET)" : "") +
          "\nsupported by this CPU: " + join(attnkit::supported_simd_targets()) +
          "\ncompiled in: " + join(attnkit::compiled_simd_targets()) +
+         "\nbf16 products (--precision bf16): " + attnkit::bf16_kernel_name(attnkit::bf16_kernel()) +
+         (std::getenv("ATTNKIT_BF16") ? " (ATTNKIT_BF16)" : "") +
+         "; this CPU has: " + attnkit::bf16_kernels_available() +
 #ifdef ATTNKIT_HAVE_MPI
          "\nMPI: " + attnkit::mpi_library_version() + " (mpirun -np N attnkit train: data-parallel)";
 #else

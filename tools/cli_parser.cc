@@ -139,6 +139,10 @@ CommandLine::CommandLine()
   train_cmd->add_option("--seed", train.seed, "Seed of data, order and initialization (default 0)")
       ->check(integer_in(0, 9223372036854775807LL));
   train_cmd->add_option("--threads", train.threads, "Threads (default 1)")->check(integer_in(1, 256));
+  train_cmd->add_option("--precision", train.precision,
+                        "Products in f32 (default) or bf16: bf16 inputs, float32 sums, on AMX or AVX512-BF16; "
+                        "parameters, Adam and checkpoints stay float32")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   train_cmd->add_option("--seq-len", train.seq_len, "Sequence length T of the generated task (default: the lesson's)")
       ->check(integer_in(2, 4096));
   train_cmd->add_option("--vocab", train.vocab, "Tokens V of the generated task (default: the lesson's)")

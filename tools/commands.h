@@ -43,6 +43,7 @@ struct TrainArgs {
   int threads = 1;
   bool causal = false, pre_norm = false, quiet = false, no_pictures = false, profile = false;
   std::string snapshot_steps, data, out, resume;
+  std::string precision = "f32";  // f32 or bf16 (ExecutorOptions::precision)
   std::vector<std::string> given;
   bool has(const std::string& flag) const;
 };

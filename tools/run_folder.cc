@@ -23,6 +23,7 @@
 #include "engine/npy.h"
 #include "models/model_config_json.h"
 #include "models/rollout.h"
+#include "ops/gemm_bf16.h"
 
 namespace attnkit::cli {
 namespace fs = std::filesystem;
@@ -321,6 +322,11 @@ RunContents train_contents(Trainer& trainer, const EarlierRun& earlier, const Tr
       {"steps_per_second", seconds > 0 ? static_cast<double>(steps_here) / seconds : 0.0},
       {"steps_this_run", steps_here},
       {"threads", options.threads},
+      {"precision", precision_name(options.precision)},
+      // The kernel the bf16 products ran on ("none": float32 products, this CPU has no bf16 kernel).
+      {"bf16_kernel", options.precision == Precision::kBf16
+                          ? nlohmann::json(ex.bf16_products() ? bf16_kernel_name(bf16_kernel()) : "none")
+                          : nlohmann::json(nullptr)},
       {"ranks", trainer.ranks()},
       {"arena_bytes", ex.plan().arena_bytes},
       {"arena_lower_bound_bytes", ex.plan().lower_bound_bytes},

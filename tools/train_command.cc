@@ -22,6 +22,7 @@
 #include "tools/commands.h"
 #include "tools/render/render_file.h"
 #include "tools/run_folder.h"
+#include "ops/gemm_bf16.h"
 
 namespace attnkit::cli {
 namespace fs = std::filesystem;
@@ -234,6 +235,7 @@ int run_train(const TrainArgs& a, Collective* group) {
     if (a.has("data")) options.data_path = a.data;
   }
   options.threads = a.threads;
+  options.precision = parse_precision(a.precision);
   options.profile = a.profile;
   options.collective = group;
   if (options.training.batch_size % ranks != 0)
@@ -265,6 +267,12 @@ int run_train(const TrainArgs& a, Collective* group) {
   if (lead) writer_of_lead = std::make_unique<RunFolderWriter>(out, "attnkit train " + config.task);
 
   Trainer trainer(config, options, std::move(data));
+  if (options.precision == Precision::kBf16 && lead && !quiet)
+    fmt::print("{}\n", trainer.executor().bf16_products()
+                           ? fmt::format("precision: bf16 products on {} (parameters, Adam and the other ops float32)",
+                                         bf16_kernel_name(bf16_kernel()))
+                           : std::string("precision: this CPU has no bf16 kernel (AMX-BF16 or AVX512-BF16): the "
+                                         "products run in float32"));
   EarlierRun earlier;
   if (!resume_checkpoint.empty()) {
     trainer.resume(resume_checkpoint);
