@@ -456,6 +456,40 @@ TEST_CASE("version names the SIMD target and ATTNKIT_SIMD_TARGET forces a lower 
   CHECK(bad.err.find("ATTNKIT_SIMD_TARGET=avx9: unknown SIMD target 'avx9' (compiled in: ") != std::string::npos);
 }
 
+TEST_CASE("train --precision bf16: metrics name the precision and kernel, a checkpoint resumes in f32; bad names are usage errors") {
+  const fs::path dir = scratch("precision");
+  const Result version = attnkit("--version", dir);
+  REQUIRE(version.code == 0);
+  CHECK(version.out.find("bf16 products (--precision bf16): ") != std::string::npos);
+  const bool have_bf16 = version.out.find("bf16 products (--precision bf16): none") == std::string::npos;
+  const std::string run = (dir / "run").string();
+  const Result r = attnkit("train reversal --epochs 1 --precision bf16 --no-pictures --out '" + run + "'", dir);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find(have_bf16 ? "precision: bf16 products on " : "precision: this CPU has no bf16 kernel") !=
+        std::string::npos);
+  const auto metrics = json_file(fs::path(run) / "metrics.json");
+  CHECK(metrics["precision"] == "bf16");
+  if (have_bf16) {
+    CHECK(metrics["bf16_kernel"] != "none");
+    CHECK(metrics["val_accuracy"].get<double>() > 0.5);  // chance is 0.1
+  }
+  // The checkpoint is float32: it resumes without --precision.
+  const Result resumed = attnkit("train reversal --epochs 2 --no-pictures --quiet --resume '" + run + "'", dir);
+  CHECK(resumed.code == 0);
+  const auto after = json_file(fs::path(run) / "metrics.json");
+  CHECK(after["precision"] == "f32");
+  CHECK(after["bf16_kernel"].is_null());
+  CHECK(after["steps"] == 2 * metrics["steps"].get<int64_t>());
+  expect_usage_error("train reversal --precision fp8", "--precision", dir);
+  const Result bad = sh(std::string("ATTNKIT_BF16=tpu '") + ATTNKIT_CLI + "' --version", dir);
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("ATTNKIT_BF16=tpu: unknown bf16 kernel 'tpu' (choices: amx, avx512_bf16, none") !=
+        std::string::npos);
+  const Result none = sh(std::string("ATTNKIT_BF16=none '") + ATTNKIT_CLI + "' --version", dir);
+  CHECK(none.code == 0);
+  CHECK(none.out.find("bf16 products (--precision bf16): none (ATTNKIT_BF16)") != std::string::npos);
+}
+
 TEST_CASE("rollout of a numpy-written [layers, heads, T, T] array equals the lesson's rollout") {
   const fs::path dir = scratch("rollout");
   numpy(R"(
