@@ -249,30 +249,53 @@ struct Out {
   int64_t ldc;
   float alpha, beta;
   int64_t i1, j1;  // rows and columns of C that exist (absolute)
-  const Bf16BlockExtras* extras;
-  // Rows [i0, i1) × columns [j0, j1) of C hold their final values (clipped to C).
-  void finished(int64_t i0, int64_t i1_, int64_t j0, int64_t j1_) const {
-    if (extras && extras->done) extras->done(extras->ctx, i0, std::min(i1_, i1), j0, std::min(j1_, j1));
-  }
+  const Bf16Epilogue* epilogue;  // or nullptr
 };
 
 // C[ib.., jb..] = alpha·acc + beta·C for the part of the 32 × 32 block acc (row stride 32)
-// inside C. Branches on alpha and beta stay outside the vector expressions.
+// inside C, then the epilogue. Branches on the flags stay outside the vector expressions.
 ATTNKIT_AVX512_BF16 void store_block(const float* acc, int64_t rows, const Out& o, int64_t ib, int64_t jb) {
   const int64_t nrows = std::min(rows, o.i1 - ib);
-  const __m512 alpha = _mm512_set1_ps(o.alpha), beta = _mm512_set1_ps(o.beta);
+  const __m512 alpha = _mm512_set1_ps(o.alpha), beta = _mm512_set1_ps(o.beta), zero = _mm512_setzero_ps();
+  const Bf16Epilogue* e = o.epilogue;
+  // The blocks sweep C's columns 32 at a time for the same 32 rows: the mask and addend rows
+  // of the blocks two ahead are fetched now (from memory they would stall every row).
+  if (e && (e->mask || e->addend) && jb + 64 < o.j1) {
+    for (int64_t r = 0; r < nrows; ++r) {
+      if (e->mask) {
+        _mm_prefetch(reinterpret_cast<const char*>(e->mask + (ib + r) * e->ldm + jb + 64), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(e->mask + (ib + r) * e->ldm + jb + 80), _MM_HINT_T0);
+      }
+      if (e->addend) {
+        _mm_prefetch(reinterpret_cast<const char*>(e->addend + (ib + r) * e->ld_addend + jb + 64), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(e->addend + (ib + r) * e->ld_addend + jb + 80), _MM_HINT_T0);
+      }
+    }
+  }
   for (int64_t h = 0; h < 2; ++h) {
     const int64_t j = jb + h * kTile;
     if (j >= o.j1) break;
     const __mmask16 mask = first_n(o.j1 - j);
+    const __m512 bias = e && e->bias ? _mm512_maskz_loadu_ps(mask, e->bias + j) : zero;
     for (int64_t r = 0; r < nrows; ++r) {
-      float* dst = o.c + (ib + r) * o.ldc + j;
+      const int64_t i = ib + r;
+      float* dst = o.c + i * o.ldc + j;
       __m512 v = _mm512_load_ps(acc + r * 2 * kTile + h * kTile);
       if (o.alpha != 1.0f) v = _mm512_mul_ps(alpha, v);
       if (o.beta == 1.0f) {
         v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, dst));
       } else if (o.beta != 0.0f) {
         v = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(mask, dst), v);
+      }
+      if (e) {  // as ops/gemm_tile-inl.h's EpilogueWith: bitwise relu_forward's, relu_backward's, add_forward's
+        if (e->bias) v = _mm512_add_ps(v, bias);
+        if (e->relu && !e->relu_last) v = _mm512_max_ps(v, zero);
+        if (e->mask) {
+          const __m512 m = _mm512_maskz_loadu_ps(mask, e->mask + i * e->ldm + j);
+          v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(m, zero, _CMP_GT_OQ), v);
+        }
+        if (e->addend) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, e->addend + i * e->ld_addend + j));
+        if (e->relu && e->relu_last) v = _mm512_max_ps(v, zero);
       }
       _mm512_mask_storeu_ps(dst, mask, v);
     }
@@ -329,7 +352,6 @@ ATTNKIT_AVX512_BF16 void multiply_avx512(const uint16_t* pa, const uint16_t* pb,
         if (ib + 8 < o.i1) dot_8x32(a_tiles, b0, b0 + kt * kTileElems, kt, 8, acc + 8 * 32);
         store_block(acc, kTile, o, ib, j0 + tn * kTile);
       }
-      o.finished(ib, ib + kTile, j0 + n0 * kTile, j0 + n1 * kTile);
     }
   }
 }
@@ -348,8 +370,8 @@ struct alignas(64) TileConfig {
 // 64 bytes. Long k runs in blocks of kKc tiles (the A strips of a row pair, 2 × 16 KB, stay in
 // L1 while a panel of B, ≤ 512 KB, stays in L2); the sums of all but the last block wait in
 // `partial` (float32, [mt·16][nt·16]).
-constexpr int64_t kKc = 16;        // k tiles per block (512 values)
-constexpr int64_t kKcWhole = 24;   // up to this many k tiles: one block, no partial sums
+constexpr int64_t kKc = 8;        // k tiles per block (512 values)
+constexpr int64_t kKcWhole = 12;   // up to this many k tiles: one block, no partial sums
 
 ATTNKIT_AMX_BF16 void multiply_amx(const uint16_t* pa, const uint16_t* pb, int64_t mt, int64_t nt, int64_t kt,
                                    const Out& o, int64_t i0, int64_t j0, float* partial) {
@@ -389,14 +411,14 @@ ATTNKIT_AMX_BF16 void multiply_amx(const uint16_t* pa, const uint16_t* pb, int64
             _tile_loadd(2, p + kTile * ld, ld_bytes);
             _tile_loadd(3, p + kTile * ld + kTile, ld_bytes);
           }
-          for (int64_t tk = k0; tk < k1; ++tk) {
+          for (int64_t tk = k0; tk < k1; ++tk) {  // each product issued as soon as its tiles are in
             const int64_t off = tk * kTileElems;
             _tile_loadd(4, a0 + off, kStride);
             _tile_loadd(6, b0 + off, kStride);
-            _tile_loadd(5, a1 + off, kStride);
-            _tile_loadd(7, b1 + off, kStride);
             _tile_dpbf16ps(0, 4, 6);
+            _tile_loadd(7, b1 + off, kStride);
             _tile_dpbf16ps(1, 4, 7);
+            _tile_loadd(5, a1 + off, kStride);
             _tile_dpbf16ps(2, 5, 6);
             _tile_dpbf16ps(3, 5, 7);
           }
@@ -413,7 +435,6 @@ ATTNKIT_AMX_BF16 void multiply_amx(const uint16_t* pa, const uint16_t* pb, int64
             _tile_stored(3, p + kTile * ld + kTile, ld_bytes);
           }
         }
-        if (last) o.finished(ib, ib + 2 * kTile, j0 + n0 * kTile, j0 + n1 * kTile);
       }
     }
   }
@@ -444,6 +465,22 @@ void multiply_rounded(bool trans_a, bool trans_b, int64_t k, float alpha, const 
     for (int64_t j = 0; j < cols; ++j)
       rb[kk * cols + j] = round_to_bf16(trans_b ? b[(j0 + j) * ldb + kk] : b[kk * ldb + j0 + j]);
   sgemm_slice(false, false, rows, cols, k, alpha, ra, k, rb, cols, beta, c + i0 * ldc + j0, ldc, Slice{});
+}
+
+// The epilogue over a finished block without AVX-512 (the same operations as store_block's).
+void plain_epilogue(const Bf16Epilogue& e, float* c, int64_t ldc, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  auto relu = [](float x) { return x > 0.0f ? x : 0.0f; };  // vmaxps(x, 0): NaN and -0 give 0
+  for (int64_t i = i0; i < i1; ++i) {
+    for (int64_t j = j0; j < j1; ++j) {
+      float v = c[i * ldc + j];
+      if (e.bias) v += e.bias[j];
+      if (e.relu && !e.relu_last) v = relu(v);
+      if (e.mask && !(e.mask[i * e.ldm + j] > 0.0f)) v = 0.0f;
+      if (e.addend) v += e.addend[i * e.ld_addend + j];
+      if (e.relu && e.relu_last) v = relu(v);
+      c[i * ldc + j] = v;
+    }
+  }
 }
 
 void scale_block(float beta, float* c, int64_t ldc, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
@@ -508,26 +545,25 @@ bool bf16_product_worth(int64_t m, int64_t n, int64_t k) { return m >= 16 && n >
 
 void bf16_gemm_block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                      int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, int64_t i0,
-                     int64_t i1, int64_t j0, int64_t j1, const Bf16BlockExtras* extras) {
+                     int64_t i1, int64_t j0, int64_t j1, const Bf16Epilogue* epilogue) {
   (void)m, (void)n;
-  float* colsum = extras && !trans_b ? extras->colsum : nullptr;
+  float* colsum = epilogue && !trans_b ? epilogue->colsum : nullptr;
   auto plain_colsum = [&] {  // without packing: row by row, each column in k order
     if (!colsum) return;
     for (int64_t kk = 0; kk < k; ++kk)
       for (int64_t j = j0; j < j1; ++j) colsum[j - j0] += b[kk * ldb + j];
   };
   if (i0 >= i1 || j0 >= j1) return;
-  const bool done = extras && extras->done;
   if (k <= 0 || alpha == 0.0f) {
     scale_block(beta, c, ldc, i0, i1, j0, j1);
-    if (done) extras->done(extras->ctx, i0, i1, j0, j1);
+    if (epilogue) plain_epilogue(*epilogue, c, ldc, i0, i1, j0, j1);
     plain_colsum();
     return;
   }
   const Bf16Kernel kernel = bf16_kernel();
   if (kernel == Bf16Kernel::kNone) {
     multiply_rounded(trans_a, trans_b, k, alpha, a, lda, b, ldb, beta, c, ldc, i0, i1, j0, j1);
-    if (done) extras->done(extras->ctx, i0, i1, j0, j1);
+    if (epilogue) plain_epilogue(*epilogue, c, ldc, i0, i1, j0, j1);
     plain_colsum();
     return;
   }
@@ -536,7 +572,7 @@ void bf16_gemm_block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
   auto* pb = static_cast<uint16_t*>(scratch().get(1, static_cast<size_t>(nt * kt * kTileElems) * 2));
   pack_a(trans_a, a, lda, i0, i1, k, mt, kt, pa);
   pack_b(trans_b, b, ldb, j0, j1, k, nt, kt, pb, colsum);
-  const Out o{c, ldc, alpha, beta, i1, j1, extras};
+  const Out o{c, ldc, alpha, beta, i1, j1, epilogue};
   if (kernel == Bf16Kernel::kAmx) {
     float* partial = kt > kKcWhole ? static_cast<float*>(scratch().get(2, static_cast<size_t>(mt * nt) * kTileElems * 2))
                                    : nullptr;

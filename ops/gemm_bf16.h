@@ -56,14 +56,19 @@ void bf16_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                int64_t ldc);
 
-// What sgemm_epilogue_slice's bf16 path adds to a block product.
-struct Bf16BlockExtras {
-  // Called as blocks of C get their final values (while they are still in cache), blocks that
-  // together cover the range once: a fused epilogue (bias, ReLU, mask, residual). Optional.
-  void (*done)(const void* ctx, int64_t i0, int64_t i1, int64_t j0, int64_t j1) = nullptr;
-  const void* ctx = nullptr;
-  // With B not transposed: colsum[j] += Σ_kk B[kk, j] for the block's columns, each column
-  // summed in k order while B is packed (a Linear's bias gradient; the caller zeroes it).
+// What sgemm_epilogue_slice's bf16 path adds to a block product (ops/gemm.h GemmEpilogue), each
+// applied as a block of C is stored, in GemmEpilogue's order and with its operations: + bias[j],
+// then relu (max(C, 0)), then mask (C where mask[i·ldm + j] > 0, else 0), then + addend; with
+// relu_last the relu comes after the addend.
+struct Bf16Epilogue {
+  const float* bias = nullptr;
+  bool relu = false, relu_last = false;
+  const float* mask = nullptr;
+  int64_t ldm = 0;
+  const float* addend = nullptr;
+  int64_t ld_addend = 0;
+  // With B not transposed: colsum[j - j0] += Σ_kk B[kk, j] for the block's columns, each
+  // column summed in k order while B is packed (a Linear's bias gradient; the caller zeroes it).
   float* colsum = nullptr;
 };
 
@@ -72,6 +77,6 @@ struct Bf16BlockExtras {
 void bf16_gemm_block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                      const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                      int64_t ldc, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-                     const Bf16BlockExtras* extras = nullptr);
+                     const Bf16Epilogue* epilogue = nullptr);
 
 }  // namespace attnkit

@@ -228,3 +228,65 @@ TEST_CASE("bf16 GEMM through the thread-parallel entry point") {
   const std::vector<float> serial = run(p);
   CHECK(std::memcmp(serial.data(), c.data(), c.size() * sizeof(float)) == 0);
 }
+
+TEST_CASE("bf16 path of sgemm_epilogue_slice: bias, ReLU, mask, residual and column sums as the float32 epilogue") {
+  for (Bf16Kernel kernel : {Bf16Kernel::kAmx, Bf16Kernel::kAvx512Bf16, Bf16Kernel::kNone}) {
+    KernelScope scope(kernel);
+    if (!scope.ok) continue;
+    for (int variant = 0; variant < 5; ++variant) {
+      INFO("kernel " << attnkit::bf16_kernel_name(kernel) << ", variant " << variant);
+      const bool tb = variant == 4;
+      Problem p = make_problem(false, tb, 100, 70, 300, 1.0f, variant == 3 ? 1.0f : 0.0f, 1, 20 + variant);
+      std::vector<float> bias(70), mask(100 * 70), addend(100 * 70), colsum(70, 0.25f);
+      std::mt19937 rng(variant);
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      for (auto& x : bias) x = u(rng);
+      for (auto& x : mask) x = u(rng);
+      for (auto& x : addend) x = u(rng);
+      attnkit::GemmEpilogue e;
+      e.bias = bias.data();
+      e.relu = variant == 0 || variant == 2;
+      e.relu_last = variant == 2;
+      if (variant == 1) e.mask = mask.data(), e.ldm = 70;
+      if (variant >= 2) e.addend = addend.data(), e.ld_addend = 70;
+      if (!tb) e.colsum = colsum.data(), e.colsum_accumulate = variant == 1;
+      std::vector<float> got = p.c;
+      attnkit::Slice s;
+      s.bf16 = true;
+      for (int slices : {1, 2}) {
+        got = p.c;
+        for (int i = 0; i < slices; ++i) {
+          s.index = i, s.count = slices;
+          attnkit::sgemm_epilogue_slice(p.ta, p.tb, p.m, p.n, p.k, p.alpha, p.a.data(), p.lda, p.b.data(), p.ldb,
+                                        p.beta, got.data(), p.ldc, e, s);
+        }
+        std::vector<float> want = run(p);  // the plain bf16 product, then the epilogue by hand
+        int bad = 0;
+        for (int64_t i = 0; i < p.m; ++i)
+          for (int64_t j = 0; j < p.n; ++j) {
+            float v = want[i * p.ldc + j] + bias[j];
+            if (e.relu && !e.relu_last) v = v > 0.0f ? v : 0.0f;
+            if (e.mask && !(mask[i * 70 + j] > 0.0f)) v = 0.0f;
+            if (e.addend) v += addend[i * 70 + j];
+            if (e.relu && e.relu_last) v = v > 0.0f ? v : 0.0f;
+            if (std::memcmp(&v, &got[i * p.ldc + j], 4) != 0) ++bad;
+          }
+        CHECK(bad == 0);
+      }
+      REQUIRE(attnkit::sgemm_fuses_colsum(false, p.m, p.n, p.k));  // the shape is on the packed path
+      if (!tb) {
+        for (int64_t j = 0; j < p.n; ++j) {  // each column summed in k order (the second run's)
+          float sum = 0.0f;
+          if (variant == 1) {  // accumulated twice onto 0.25: the first call's sums, then the second's
+            sum = 0.25f;
+            for (int rep = 0; rep < 2; ++rep)
+              for (int64_t kk = 0; kk < p.k; ++kk) sum += p.b[kk * p.ldb + j];
+          } else {
+            for (int64_t kk = 0; kk < p.k; ++kk) sum += p.b[kk * p.ldb + j];
+          }
+          CHECK(colsum[j] == sum);
+        }
+      }
+    }
+  }
+}
