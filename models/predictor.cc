@@ -20,7 +20,7 @@ Predictor Predictor::load(const std::string& path, const PredictorOptions& optio
   Predictor p;
   p.max_batch_ = options.max_batch;
   p.runner_ = std::make_unique<ModelRunner>(config, options.max_batch, options.threads, trained.seed,
-                                            /*with_backward=*/false);
+                                            /*with_backward=*/false, options.precision);
   p.step_ = p.runner_->load(file).step;
   p.predictions_.resize(static_cast<size_t>(options.max_batch * config.seq_len));
   p.result_.attention.resize(static_cast<size_t>(config.layers));

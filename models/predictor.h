@@ -23,6 +23,7 @@ namespace attnkit {
 struct PredictorOptions {
   int threads = 1;
   int64_t max_batch = 500;  // sequences per predict() call at most
+  Precision precision = Precision::kF32;  // bf16: products on AMX / AVX512-BF16 (ExecutorOptions)
 };
 
 struct Prediction {

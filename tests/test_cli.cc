@@ -480,7 +480,14 @@ TEST_CASE("train --precision bf16: metrics name the precision and kernel, a chec
   CHECK(after["precision"] == "f32");
   CHECK(after["bf16_kernel"].is_null());
   CHECK(after["steps"] == 2 * metrics["steps"].get<int64_t>());
+  // eval and infer take the precision too.
+  const Result eval = attnkit("eval --checkpoint '" + run + "' --precision bf16", dir);
+  CHECK(eval.code == 0);
+  CHECK(eval.out.find("accuracy") != std::string::npos);
+  const Result infer = attnkit("infer --checkpoint '" + run + "' --tokens '1 2 3 4 5 6 7 8' --precision bf16", dir);
+  CHECK(infer.code == 0);
   expect_usage_error("train reversal --precision fp8", "--precision", dir);
+  expect_usage_error("eval --checkpoint '" + run + "' --precision half", "--precision", dir);
   const Result bad = sh(std::string("ATTNKIT_BF16=tpu '") + ATTNKIT_CLI + "' --version", dir);
   CHECK(bad.code == 2);
   CHECK(bad.err.find("ATTNKIT_BF16=tpu: unknown bf16 kernel 'tpu' (choices: amx, avx512_bf16, none") !=

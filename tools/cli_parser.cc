@@ -186,6 +186,8 @@ CommandLine::CommandLine()
   eval_cmd->add_option("--seed", eval.seed, "Seed of the fresh set (default: training seed + 1000)")
       ->check(integer_in(0, 9223372036854775807LL));
   eval_cmd->add_option("--threads", eval.threads, "Threads (default 1)")->check(integer_in(1, 256));
+  eval_cmd->add_option("--precision", eval.precision, "Products in f32 (default) or bf16 (AMX / AVX512-BF16)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
 
   InferArgs& infer = a.infer;
   CLI::App* infer_cmd = infer_ = app.add_subcommand("infer", "Predictions and attention maps of one sequence");
@@ -206,6 +208,8 @@ CommandLine::CommandLine()
   infer_cmd->add_option("--out", infer.out, "Write attention.npy, meta.json (and rollout.npy) here")
       ->check(path_given());
   infer_cmd->add_option("--threads", infer.threads, "Threads (default 1)")->check(integer_in(1, 256));
+  infer_cmd->add_option("--precision", infer.precision, "Products in f32 (default) or bf16 (AMX / AVX512-BF16)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
 
   CLI::App* rollout_cmd = rollout_ = app.add_subcommand("rollout", "Attention rollout of a [layers, heads, T, T] .npy");
   rollout_cmd->add_option("input", a.rollout_in, "attention.npy [layers, heads, T, T]")->required()->check(path_given());

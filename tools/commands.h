@@ -58,6 +58,7 @@ struct EvalArgs {
   int64_t val_size = 0;
   uint64_t seed = 0;
   int threads = 1;
+  std::string precision = "f32";
   std::vector<std::string> given;
 };
 int run_eval(const EvalArgs& args);
@@ -67,6 +68,7 @@ struct InferArgs {
   bool logits = false, quiet = false;
   int64_t batch_size = 500;
   int threads = 1;
+  std::string precision = "f32";
 };
 int run_infer(const InferArgs& args);
 // infer --data FILE|- (tools/infer_command.cc).

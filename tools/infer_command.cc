@@ -81,6 +81,7 @@ int infer_stdin(const InferArgs& a, Predictor& p) {
 int run_infer_data(const InferArgs& a) {
   PredictorOptions po;
   po.threads = a.threads;
+  po.precision = parse_precision(a.precision);
   po.max_batch = a.data == "-" ? 1 : a.batch_size;
   Predictor p = Predictor::load(a.checkpoint, po);
   if (a.data == "-") return infer_stdin(a, p);
@@ -173,6 +174,7 @@ int run_infer_data(const InferArgs& a) {
         {"seconds", seconds},
         {"sequences_per_second", seconds > 0 ? static_cast<double>(d.size) / seconds : 0.0},
         {"threads", a.threads},
+        {"precision", a.precision},
         {"batch_size", p.max_batch()},
         {"arena_bytes", p.arena_bytes()},
         {"attention_sequences", all ? nlohmann::json("all") : nlohmann::json(chosen)},

@@ -401,12 +401,12 @@ struct LoadedModel {
   int64_t step = 0;
 };
 
-LoadedModel load_model(const std::string& path, int threads, int64_t max_batch) {
+LoadedModel load_model(const std::string& path, int threads, int64_t max_batch, Precision precision) {
   LoadedModel m;
   const auto meta = read_checkpoint_metadata(path);
   m.config = model_config_from_metadata(meta, path);
   m.options = trainer_options_from_metadata(meta, path);
-  m.runner = std::make_unique<ModelRunner>(m.config, max_batch, threads, m.options.seed, false);
+  m.runner = std::make_unique<ModelRunner>(m.config, max_batch, threads, m.options.seed, false, precision);
   m.step = m.runner->load(path).step;
   return m;
 }
@@ -415,7 +415,7 @@ LoadedModel load_model(const std::string& path, int threads, int64_t max_batch) 
 
 int run_eval(const EvalArgs& a) {
   const std::string path = checkpoint_in(a.checkpoint);
-  LoadedModel m = load_model(path, a.threads, 64);
+  LoadedModel m = load_model(path, a.threads, 64, parse_precision(a.precision));
   require_known_task(m.config, path);  // scored against its rule, on its data
   Dataset d;
   std::string source;
@@ -452,7 +452,7 @@ int run_infer(const InferArgs& a) {
   if (a.logits || a.attention != "all" || a.batch_size != 500)
     throw UsageError("--logits, --attention and --batch-size apply to --data");
   const std::string path = checkpoint_in(a.checkpoint);
-  LoadedModel m = load_model(path, a.threads, 1);
+  LoadedModel m = load_model(path, a.threads, 1, parse_precision(a.precision));
   const ModelConfig& c = m.config;
   std::vector<int32_t> tokens;
   {
