@@ -148,12 +148,14 @@ ATTNKIT_AVX512_BF16 inline void transpose_dwords(const uint32_t* t, uint16_t* ou
     _mm512_store_si512(out + x * kTileK, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xffff, rows, t + x, 4));
 }
 
-// op(A) rows [i0, i1), all of k, into A tiles (m tiles padded to mt, k tiles kt). Each
-// source row is read in order: A's rows (k-major when transposed) one band after another, so
-// no pass strides down thousands of rows (a TLB miss a row).
+// op(A) rows [i0, i1), k tiles [kt0, kt1) of k values in all, into A tiles (m tiles padded
+// to mt; kt = kt1 - kt0 tiles a row). Each source row is read in order: A's rows (k-major
+// when transposed) one band after another, so no pass strides down thousands of rows (a TLB
+// miss a row).
 ATTNKIT_AVX512_BF16 void pack_a(bool trans_a, const float* a, int64_t lda, int64_t i0, int64_t i1, int64_t k,
-                                int64_t mt, int64_t kt, uint16_t* out) {
+                                int64_t kt0, int64_t kt1, int64_t mt, uint16_t* out) {
   alignas(64) uint32_t t[16 * 16];
+  const int64_t kt = kt1 - kt0;
   if (!trans_a) {  // row i of a tile: A[i, k0 .. k0+31]; a tile row of tiles reads 16 rows along
     for (int64_t tm = 0; tm < mt; ++tm) {
       const int64_t ib = i0 + tm * kTile;
@@ -161,7 +163,7 @@ ATTNKIT_AVX512_BF16 void pack_a(bool trans_a, const float* a, int64_t lda, int64
         const int64_t i = ib + r;
         for (int64_t tk = 0; tk < kt; ++tk) {
           uint16_t* row = out + (tm * kt + tk) * kTileElems + r * kTileK;
-          const int64_t k0 = tk * kTileK;
+          const int64_t k0 = (kt0 + tk) * kTileK;
           __m512i v = _mm512_setzero_si512();
           if (i < i1) {
             const float* src = a + i * lda + k0;
@@ -176,7 +178,7 @@ ATTNKIT_AVX512_BF16 void pack_a(bool trans_a, const float* a, int64_t lda, int64
   // A stored k × m: pairs of its rows give dword columns; transpose them. A band of 32 rows of
   // A (one k tile) is read across all its columns before the next.
   for (int64_t tk = 0; tk < kt; ++tk) {
-    const int64_t k0 = tk * kTileK;
+    const int64_t k0 = (kt0 + tk) * kTileK;
     for (int64_t tm = 0; tm < mt; ++tm) {
       const int64_t ib = i0 + tm * kTile;
       const __mmask16 cols = first_n(i1 - ib);
@@ -191,16 +193,17 @@ ATTNKIT_AVX512_BF16 void pack_a(bool trans_a, const float* a, int64_t lda, int64
   }
 }
 
-// op(B) columns [j0, j1), all of k, into B tiles in VNNI form (n tiles padded to nt), B's
-// rows read in order as in pack_a.
+// op(B) columns [j0, j1), k tiles [kt0, kt1), into B tiles in VNNI form (n tiles padded to
+// nt), B's rows read in order as in pack_a.
 // With colsum (B not transposed): colsum[j - j0] += B[kk, j] row after row, as it is read.
 ATTNKIT_AVX512_BF16 void pack_b(bool trans_b, const float* b, int64_t ldb, int64_t j0, int64_t j1, int64_t k,
-                                int64_t nt, int64_t kt, uint16_t* out, float* colsum) {
+                                int64_t kt0, int64_t kt1, int64_t nt, uint16_t* out, float* colsum) {
   alignas(64) uint32_t t[16 * 16];
+  const int64_t kt = kt1 - kt0;
   if (!trans_b) {  // B stored k × n: rows 2r, 2r+1 interleaved are tile row r, across all tiles
     for (int64_t tk = 0; tk < kt; ++tk) {
       for (int64_t r = 0; r < kTile; ++r) {
-        const int64_t kk = tk * kTileK + 2 * r;
+        const int64_t kk = (kt0 + tk) * kTileK + 2 * r;
         const float* even_row = b + kk * ldb;
         const float* odd_row = even_row + ldb;
         const bool has_even = kk < k, has_odd = kk + 1 < k;
@@ -226,7 +229,7 @@ ATTNKIT_AVX512_BF16 void pack_b(bool trans_b, const float* b, int64_t ldb, int64
   for (int64_t tn = 0; tn < nt; ++tn) {
     const int64_t jb = j0 + tn * kTile;
     for (int64_t tk = 0; tk < kt; ++tk) {
-      const int64_t k0 = tk * kTileK;
+      const int64_t k0 = (kt0 + tk) * kTileK;
       const __mmask16 lo = first_n(k - k0), hi = first_n(k - k0 - 16);
       for (int64_t c = 0; c < kTile; ++c) {
         const int64_t j = jb + c;
@@ -366,17 +369,18 @@ struct alignas(64) TileConfig {
   uint8_t rows[16];
 };
 
-// Tiles 0-3: C (2 × 2 blocks of 16 × 16 floats); 4, 5: A tiles; 6, 7: B tiles. All 16 rows of
-// 64 bytes. Long k runs in blocks of kKc tiles (the A strips of a row pair, 2 × 16 KB, stay in
-// L1 while a panel of B, ≤ 512 KB, stays in L2); the sums of all but the last block wait in
-// `partial` (float32, [mt·16][nt·16]).
-constexpr int64_t kKc = 8;        // k tiles per block (512 values)
-constexpr int64_t kKcWhole = 12;   // up to this many k tiles: one block, no partial sums
+// k blocks of the AMX path (see bf16_gemm_block): a row pair's A strips (2 × 8 KB) stay in L1
+// while the block's B tiles stream from L2.
+constexpr int64_t kKc = 8;        // k tiles per block (256 values)
+constexpr int64_t kKcWhole = 12;  // up to this many k tiles: one block, no partial sums
 
+// Tiles 0-3: C (2 × 2 blocks of 16 × 16 floats); 4, 5: A tiles; 6, 7: B tiles. All 16 rows of
+// 64 bytes. One k block of kt tiles: the sums start from zero (first) or from `partial`
+// (float32, row stride ld), and end in C through store_block (last) or back in `partial`.
 ATTNKIT_AMX_BF16 void multiply_amx(const uint16_t* pa, const uint16_t* pb, int64_t mt, int64_t nt, int64_t kt,
-                                   const Out& o, int64_t i0, int64_t j0, float* partial) {
-  // Every call uses the same configuration: each thread loads it once and keeps it (a
-  // configure and release per call cost ~5% of an attention product at T = 128).
+                                   const Out& o, int64_t i0, int64_t j0, float* partial, int64_t ld, bool first,
+                                   bool last) {
+  // Every call uses the same configuration: each thread loads it once and keeps it.
   thread_local bool configured = false;
   if (!configured) {
     TileConfig cfg;
@@ -388,58 +392,52 @@ ATTNKIT_AMX_BF16 void multiply_amx(const uint16_t* pa, const uint16_t* pb, int64
   }
   alignas(64) float acc[32 * 32];
   constexpr int64_t kStride = 64;  // bytes between tile rows in the packed operands
-  const int64_t kc = kt <= kKcWhole ? kt : kKc;
-  const int64_t ld = nt * kTile;  // floats in a row of `partial`
   const int64_t ld_bytes = ld * 4;
-  for (int64_t k0 = 0; k0 < kt; k0 += kc) {
-    const int64_t k1 = std::min(kt, k0 + kc);
-    const bool first = k0 == 0, last = k1 == kt;
-    const int64_t panel = panel_tiles(k1 - k0, nt);
-    for (int64_t n0 = 0; n0 < nt; n0 += panel) {
-      const int64_t n1 = std::min(nt, n0 + panel);
-      for (int64_t tm = 0; tm < mt; tm += 2) {
-        const int64_t ib = i0 + tm * kTile;
-        if (ib >= o.i1) break;
-        const uint16_t* a0 = pa + tm * kt * kTileElems;
-        const uint16_t* a1 = a0 + kt * kTileElems;
-        for (int64_t tn = n0; tn < n1; tn += 2) {
-          const uint16_t* b0 = pb + tn * kt * kTileElems;
-          const uint16_t* b1 = b0 + kt * kTileElems;
-          float* p = partial ? partial + tm * kTile * ld + tn * kTile : nullptr;
-          if (first) {
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-          } else {
-            _tile_loadd(0, p, ld_bytes);
-            _tile_loadd(1, p + kTile, ld_bytes);
-            _tile_loadd(2, p + kTile * ld, ld_bytes);
-            _tile_loadd(3, p + kTile * ld + kTile, ld_bytes);
-          }
-          for (int64_t tk = k0; tk < k1; ++tk) {  // each product issued as soon as its tiles are in
-            const int64_t off = tk * kTileElems;
-            _tile_loadd(4, a0 + off, kStride);
-            _tile_loadd(6, b0 + off, kStride);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_loadd(7, b1 + off, kStride);
-            _tile_dpbf16ps(1, 4, 7);
-            _tile_loadd(5, a1 + off, kStride);
-            _tile_dpbf16ps(2, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
-          }
-          if (last) {
-            _tile_stored(0, acc, 128);
-            _tile_stored(1, acc + 16, 128);
-            _tile_stored(2, acc + 16 * 32, 128);
-            _tile_stored(3, acc + 16 * 32 + 16, 128);
-            store_block(acc, 2 * kTile, o, ib, j0 + tn * kTile);
-          } else {
-            _tile_stored(0, p, ld_bytes);
-            _tile_stored(1, p + kTile, ld_bytes);
-            _tile_stored(2, p + kTile * ld, ld_bytes);
-            _tile_stored(3, p + kTile * ld + kTile, ld_bytes);
-          }
+  const int64_t panel = panel_tiles(kt, nt);
+  for (int64_t n0 = 0; n0 < nt; n0 += panel) {
+    const int64_t n1 = std::min(nt, n0 + panel);
+    for (int64_t tm = 0; tm < mt; tm += 2) {
+      const int64_t ib = i0 + tm * kTile;
+      if (ib >= o.i1) break;
+      const uint16_t* a0 = pa + tm * kt * kTileElems;
+      const uint16_t* a1 = a0 + kt * kTileElems;
+      for (int64_t tn = n0; tn < n1; tn += 2) {
+        const uint16_t* b0 = pb + tn * kt * kTileElems;
+        const uint16_t* b1 = b0 + kt * kTileElems;
+        float* p = partial ? partial + tm * kTile * ld + tn * kTile : nullptr;
+        if (first) {
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
+        } else {
+          _tile_loadd(0, p, ld_bytes);
+          _tile_loadd(1, p + kTile, ld_bytes);
+          _tile_loadd(2, p + kTile * ld, ld_bytes);
+          _tile_loadd(3, p + kTile * ld + kTile, ld_bytes);
+        }
+        for (int64_t tk = 0; tk < kt; ++tk) {  // each product issued as soon as its tiles are in
+          const int64_t off = tk * kTileElems;
+          _tile_loadd(4, a0 + off, kStride);
+          _tile_loadd(6, b0 + off, kStride);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_loadd(7, b1 + off, kStride);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_loadd(5, a1 + off, kStride);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+        if (last) {
+          _tile_stored(0, acc, 128);
+          _tile_stored(1, acc + 16, 128);
+          _tile_stored(2, acc + 16 * 32, 128);
+          _tile_stored(3, acc + 16 * 32 + 16, 128);
+          store_block(acc, 2 * kTile, o, ib, j0 + tn * kTile);
+        } else {
+          _tile_stored(0, p, ld_bytes);
+          _tile_stored(1, p + kTile, ld_bytes);
+          _tile_stored(2, p + kTile * ld, ld_bytes);
+          _tile_stored(3, p + kTile * ld + kTile, ld_bytes);
         }
       }
     }
@@ -572,18 +570,35 @@ void bf16_gemm_block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
     plain_colsum();
     return;
   }
-  const int64_t mt = even_tiles(i1 - i0), nt = even_tiles(j1 - j0), kt = ceil_div(k, kTileK);
-  auto* pa = static_cast<uint16_t*>(scratch().get(0, static_cast<size_t>(mt * kt * kTileElems) * 2));
-  auto* pb = static_cast<uint16_t*>(scratch().get(1, static_cast<size_t>(nt * kt * kTileElems) * 2));
-  pack_a(trans_a, a, lda, i0, i1, k, mt, kt, pa);
-  pack_b(trans_b, b, ldb, j0, j1, k, nt, kt, pb, colsum);
-  const Out o{c, ldc, alpha, beta, i1, j1, epilogue};
-  if (kernel == Bf16Kernel::kAmx) {
-    float* partial = kt > kKcWhole ? static_cast<float*>(scratch().get(2, static_cast<size_t>(mt * nt) * kTileElems * 2))
-                                   : nullptr;
-    multiply_amx(pa, pb, mt, nt, kt, o, i0, j0, partial);
-  } else {
-    multiply_avx512(pa, pb, mt, nt, kt, o, i0, j0);
+  // Blocked as in a BLIS-style GEMM so the packed operands are used while still in cache: k in
+  // blocks of kKc tiles (AMX; up to kKcWhole tiles in one), each block's B tiles (≤ 512 KB for
+  // the shapes of the models here) packed once, then rows of A in blocks of ≤ 256 KB of
+  // tiles, each packed and multiplied at once. Every element of A and B is packed once.
+  const bool amx = kernel == Bf16Kernel::kAmx;
+  const int64_t nt = even_tiles(j1 - j0), kt = ceil_div(k, kTileK);
+  const int64_t kc = !amx || kt <= kKcWhole ? kt : kKc;
+  const int64_t mc = std::max<int64_t>(2 * kTile, (256 * 1024 / (kc * kTileK * 2)) / (2 * kTile) * (2 * kTile));
+  const int64_t mt_block = even_tiles(std::min(mc, i1 - i0));
+  auto* pa = static_cast<uint16_t*>(scratch().get(0, static_cast<size_t>(mt_block * kc * kTileElems) * 2));
+  auto* pb = static_cast<uint16_t*>(scratch().get(1, static_cast<size_t>(nt * kc * kTileElems) * 2));
+  const int64_t ld = nt * kTile;  // floats in a row of the partial sums
+  float* partial = kc < kt ? static_cast<float*>(scratch().get(
+                                 2, static_cast<size_t>(even_tiles(i1 - i0) * kTile * ld) * sizeof(float)))
+                           : nullptr;
+  for (int64_t k0 = 0; k0 < kt; k0 += kc) {
+    const int64_t k1 = std::min(kt, k0 + kc);
+    pack_b(trans_b, b, ldb, j0, j1, k, k0, k1, nt, pb, colsum);
+    for (int64_t ib = i0; ib < i1; ib += mc) {
+      const int64_t ie = std::min(i1, ib + mc), mt = even_tiles(ie - ib);
+      pack_a(trans_a, a, lda, ib, ie, k, k0, k1, mt, pa);
+      const Out o{c, ldc, alpha, beta, ie, j1, epilogue};
+      if (amx) {
+        multiply_amx(pa, pb, mt, nt, k1 - k0, o, ib, j0, partial ? partial + (ib - i0) * ld : nullptr, ld, k0 == 0,
+                     k1 == kt);
+      } else {
+        multiply_avx512(pa, pb, mt, nt, k1 - k0, o, ib, j0);
+      }
+    }
   }
 }
 

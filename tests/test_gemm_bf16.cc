@@ -125,7 +125,8 @@ void shapes_on(Bf16Kernel kernel) {
             check(p, run(p));
           }
   // Larger shapes: several tile pairs, column panels, k longer than a panel's budget.
-  const int64_t big[][3] = {{100, 70, 300}, {257, 129, 65}, {64, 1040, 256}, {48, 40, 2100}, {130, 33, 97}};
+  const int64_t big[][3] = {{100, 70, 300}, {257, 129, 65}, {64, 1040, 256}, {48, 40, 2100}, {130, 33, 97},
+                            {1100, 40, 700}};  // (the last: several row blocks and k blocks)
   for (const auto& s : big)
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
