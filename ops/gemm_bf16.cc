@@ -157,21 +157,27 @@ ATTNKIT_AVX512_BF16 void pack_a(bool trans_a, const float* a, int64_t lda, int64
   alignas(64) uint32_t t[16 * 16];
   const int64_t kt = kt1 - kt0;
   if (!trans_a) {  // row i of a tile: A[i, k0 .. k0+31]; a tile row of tiles reads 16 rows along
+    const int64_t k_first = kt0 * kTileK;
+    const int64_t whole = std::min(kt, std::max<int64_t>(0, (k - k_first) / kTileK));  // tiles with 32 values
     for (int64_t tm = 0; tm < mt; ++tm) {
       const int64_t ib = i0 + tm * kTile;
-      for (int64_t r = 0; r < kTile; ++r) {
-        const int64_t i = ib + r;
-        for (int64_t tk = 0; tk < kt; ++tk) {
-          uint16_t* row = out + (tm * kt + tk) * kTileElems + r * kTileK;
-          const int64_t k0 = (kt0 + tk) * kTileK;
-          __m512i v = _mm512_setzero_si512();
-          if (i < i1) {
-            const float* src = a + i * lda + k0;
-            v = to_bf16(_mm512_maskz_loadu_ps(first_n(k - k0), src), _mm512_maskz_loadu_ps(first_n(k - k0 - 16), src + 16));
-          }
-          _mm512_store_si512(row, v);
+      const int64_t rows = std::max<int64_t>(0, std::min<int64_t>(kTile, i1 - ib));
+      uint16_t* tiles = out + tm * kt * kTileElems;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* src = a + (ib + r) * lda + k_first;
+        uint16_t* dst = tiles + r * kTileK;
+        for (int64_t tk = 0; tk < whole; ++tk)  // unmasked: the common case
+          _mm512_store_si512(dst + tk * kTileElems,
+                             to_bf16(_mm512_loadu_ps(src + tk * kTileK), _mm512_loadu_ps(src + tk * kTileK + 16)));
+        for (int64_t tk = whole; tk < kt; ++tk) {  // the last, partial k tile (and padding)
+          const int64_t left = k - k_first - tk * kTileK;
+          _mm512_store_si512(dst + tk * kTileElems,
+                             to_bf16(_mm512_maskz_loadu_ps(first_n(left), src + tk * kTileK),
+                                     _mm512_maskz_loadu_ps(first_n(left - 16), src + tk * kTileK + 16)));
         }
       }
+      for (int64_t r = rows; r < kTile; ++r)  // padding rows
+        for (int64_t tk = 0; tk < kt; ++tk) _mm512_store_si512(tiles + tk * kTileElems + r * kTileK, _mm512_setzero_si512());
     }
     return;
   }
@@ -207,6 +213,23 @@ ATTNKIT_AVX512_BF16 void pack_b(bool trans_b, const float* b, int64_t ldb, int64
         const float* even_row = b + kk * ldb;
         const float* odd_row = even_row + ldb;
         const bool has_even = kk < k, has_odd = kk + 1 < k;
+        uint16_t* dst = out + tk * kTileElems + r * kTileK;
+        if (has_odd && !colsum) {  // the common case: whole column tiles unmasked
+          const int64_t whole = (j1 - j0) / kTile;
+          for (int64_t tn = 0; tn < whole; ++tn) {
+            const int64_t jb = j0 + tn * kTile;
+            _mm512_store_si512(dst + tn * kt * kTileElems,
+                               interleave_rows(_mm512_loadu_ps(even_row + jb), _mm512_loadu_ps(odd_row + jb)));
+          }
+          for (int64_t tn = whole; tn < nt; ++tn) {
+            const int64_t jb = j0 + tn * kTile;
+            const __mmask16 cols = first_n(j1 - jb);
+            _mm512_store_si512(dst + tn * kt * kTileElems,
+                               interleave_rows(_mm512_maskz_loadu_ps(cols, even_row + jb),
+                                               _mm512_maskz_loadu_ps(cols, odd_row + jb)));
+          }
+          continue;
+        }
         for (int64_t tn = 0; tn < nt; ++tn) {
           const int64_t jb = j0 + tn * kTile;
           const __mmask16 cols = first_n(j1 - jb);
