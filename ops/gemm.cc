@@ -190,16 +190,10 @@ bool dynamic_product(const GemmArgs& g, Slice s) {
 void bf16_product(const GemmArgs& g, const GemmEpilogue& e, Slice s) {
   const Block blk = block_of_slice(g.m, g.n, s, false);
   if (blk.i0 >= blk.i1 || blk.j0 >= blk.j1) return;
-  Bf16Epilogue be;  // applied as each block of C is stored
-  be.bias = g.bias;
-  be.relu = g.relu, be.relu_last = g.relu_last;
-  be.mask = g.mask, be.ldm = g.ldm;
-  be.addend = g.addend, be.ld_addend = g.ld_addend;
-  // The column sums of B (a bias gradient) while B is packed, by the block holding row 0.
-  if (e.colsum && sgemm_fuses_colsum(g.trans_b, g.m, g.n, g.k) && blk.i0 == 0) {
-    be.colsum = e.colsum + blk.j0;
-    if (!e.colsum_accumulate) std::fill(e.colsum + blk.j0, e.colsum + blk.j1, 0.0f);
-  }
+  GemmEpilogue be = e;  // applied as each block of C is stored
+  // The column sums of B (a bias gradient) while B is packed, by the block holding row 0, where
+  // the float32 path would sum them (op_linear asks sgemm_fuses_colsum).
+  if (!(sgemm_fuses_colsum(g.trans_b, g.m, g.n, g.k) && blk.i0 == 0)) be.colsum = nullptr;
   const bool any = be.bias || be.relu || be.mask || be.addend || be.colsum;
   bf16_gemm_block(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, g.c, g.ldc,
                   blk.i0, blk.i1, blk.j0, blk.j1, any ? &be : nullptr);

@@ -275,7 +275,7 @@ struct Out {
   int64_t ldc;
   float alpha, beta;
   int64_t i1, j1;  // rows and columns of C that exist (absolute)
-  const Bf16Epilogue* epilogue;  // or nullptr
+  const GemmEpilogue* epilogue;  // or nullptr
 };
 
 // C[ib.., jb..] = alpha·acc + beta·C for the part of the 32 × 32 block acc (row stride 32)
@@ -283,7 +283,7 @@ struct Out {
 ATTNKIT_AVX512_BF16 void store_block(const float* acc, int64_t rows, const Out& o, int64_t ib, int64_t jb) {
   const int64_t nrows = std::min(rows, o.i1 - ib);
   const __m512 alpha = _mm512_set1_ps(o.alpha), beta = _mm512_set1_ps(o.beta), zero = _mm512_setzero_ps();
-  const Bf16Epilogue* e = o.epilogue;
+  const GemmEpilogue* e = o.epilogue;
   // The blocks sweep C's columns 32 at a time for the same 32 rows: the mask and addend rows
   // of the blocks two ahead are fetched now (from memory they would stall every row).
   if (e && (e->mask || e->addend) && jb + 64 < o.j1) {
@@ -494,7 +494,7 @@ void multiply_rounded(bool trans_a, bool trans_b, int64_t k, float alpha, const 
 }
 
 // The epilogue over a finished block without AVX-512 (the same operations as store_block's).
-void plain_epilogue(const Bf16Epilogue& e, float* c, int64_t ldc, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+void plain_epilogue(const GemmEpilogue& e, float* c, int64_t ldc, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   auto relu = [](float x) { return x > 0.0f ? x : 0.0f; };  // vmaxps(x, 0): NaN and -0 give 0
   for (int64_t i = i0; i < i1; ++i) {
     for (int64_t j = j0; j < j1; ++j) {
@@ -571,15 +571,17 @@ bool bf16_product_worth(int64_t m, int64_t n, int64_t k) { return m >= 16 && n >
 
 void bf16_gemm_block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                      int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, int64_t i0,
-                     int64_t i1, int64_t j0, int64_t j1, const Bf16Epilogue* epilogue) {
+                     int64_t i1, int64_t j0, int64_t j1, const GemmEpilogue* epilogue) {
   (void)m, (void)n;
-  float* colsum = epilogue && !trans_b ? epilogue->colsum : nullptr;
+  if (i0 >= i1 || j0 >= j1) return;
+  // The column sums of columns [j0, j1): colsum[0] is column j0's.
+  float* colsum = epilogue && epilogue->colsum && !trans_b ? epilogue->colsum + j0 : nullptr;
+  if (colsum && !epilogue->colsum_accumulate) std::fill(colsum, colsum + (j1 - j0), 0.0f);
   auto plain_colsum = [&] {  // without packing: row by row, each column in k order
     if (!colsum) return;
     for (int64_t kk = 0; kk < k; ++kk)
       for (int64_t j = j0; j < j1; ++j) colsum[j - j0] += b[kk * ldb + j];
   };
-  if (i0 >= i1 || j0 >= j1) return;
   if (k <= 0 || alpha == 0.0f) {
     scale_block(beta, c, ldc, i0, i1, j0, j1);
     if (epilogue) plain_epilogue(*epilogue, c, ldc, i0, i1, j0, j1);

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 
+#include "gemm.h"
 #include "parallel.h"
 
 namespace attnkit {
@@ -56,27 +57,14 @@ void bf16_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                int64_t ldc);
 
-// What sgemm_epilogue_slice's bf16 path adds to a block product (ops/gemm.h GemmEpilogue), each
-// applied as a block of C is stored, in GemmEpilogue's order and with its operations: + bias[j],
-// then relu (max(C, 0)), then mask (C where mask[i·ldm + j] > 0, else 0), then + addend; with
-// relu_last the relu comes after the addend.
-struct Bf16Epilogue {
-  const float* bias = nullptr;
-  bool relu = false, relu_last = false;
-  const float* mask = nullptr;
-  int64_t ldm = 0;
-  const float* addend = nullptr;
-  int64_t ld_addend = 0;
-  // With B not transposed: colsum[j - j0] += Σ_kk B[kk, j] for the block's columns, each
-  // column summed in k order while B is packed (a Linear's bias gradient; the caller zeroes it).
-  float* colsum = nullptr;
-};
-
 // Rows [i0, i1) × columns [j0, j1) of that product (the building block of the above and of
-// sgemm_epilogue_slice's bf16 path).
+// sgemm_epilogue_slice's bf16 path), with an optional epilogue (ops/gemm.h) applied as each
+// block of C is stored, with GemmEpilogue's operations in its order. Its column sums, B not
+// transposed, cover columns [j0, j1) (the caller passes them to the block holding row 0 only),
+// each column summed in k order while B is packed.
 void bf16_gemm_block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                      const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                      int64_t ldc, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-                     const Bf16Epilogue* epilogue = nullptr);
+                     const GemmEpilogue* epilogue = nullptr);
 
 }  // namespace attnkit
