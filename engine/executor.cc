@@ -4,6 +4,9 @@
 #include "engine/executor.h"
 
 #include <omp.h>
+#if defined(__SSE__) || defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 #include <algorithm>
 #include <cctype>
@@ -19,6 +22,36 @@
 namespace attnkit {
 
 namespace {
+
+// Subnormal floats flushed to zero (FTZ: results, DAZ: inputs) in this thread while the
+// scope lives, the thread's previous mode restored after (see ExecutorOptions::flush_denormals).
+class FlushDenormalsScope {
+ public:
+  explicit FlushDenormalsScope(bool on) {
+#if defined(__SSE__) || defined(__x86_64__)
+    if (!on) return;
+    saved_ = _mm_getcsr();
+    constexpr unsigned kFtzDaz = 0x8040;  // MXCSR bit 15 flush-to-zero, bit 6 denormals-are-zero
+    if ((saved_ & kFtzDaz) != kFtzDaz) {
+      _mm_setcsr(saved_ | kFtzDaz);
+      restore_ = true;
+    }
+#else
+    (void)on;
+#endif
+  }
+  ~FlushDenormalsScope() {
+#if defined(__SSE__) || defined(__x86_64__)
+    if (restore_) _mm_setcsr((_mm_getcsr() & 0x3fu) | (saved_ & ~0x3fu));  // (the exception flags raised stay)
+#endif
+  }
+  FlushDenormalsScope(const FlushDenormalsScope&) = delete;
+  FlushDenormalsScope& operator=(const FlushDenormalsScope&) = delete;
+
+ private:
+  unsigned saved_ = 0;
+  bool restore_ = false;
+};
 
 // Whether every node of a forward-only graph computes each row of its batched outputs from
 // the same rows of its batched inputs (and its unbatched outputs from unbatched inputs only),
@@ -93,6 +126,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options)
       fixed_parameters_(options.fixed_parameters) {
   apply_simd_target_env();
   bf16_ = options.precision == Precision::kBf16 && bf16_kernel() != Bf16Kernel::kNone;
+  flush_denormals_ = options.flush_denormals;
   set_threads(options.threads);
   arena_.resize(plan_.arena_bytes);
   kept_.resize(plan_.kept_bytes);
@@ -381,6 +415,7 @@ void Executor::run_nodes(size_t begin, size_t end, Adam* optimizer, int threads,
   if (profile && count_profiled_run) ++profiled_runs_;
   double* node_seconds = node_seconds_.data();
   auto body = [&](Slice s) {
+    const FlushDenormalsScope flush(flush_denormals_);
     const bool timing = profile && s.index == 0;
     auto t0 = timing ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     auto lap = [&](size_t node) {  // charge the time since the last lap to `node`

@@ -12,6 +12,9 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 #include "engine/functional.h"
 #include "ops/math.h"
@@ -495,6 +498,45 @@ TEST_CASE("math ops give the same bits with 1 and 2 threads") {
   run(2, &two);
   REQUIRE(one.size() == two.size());
   REQUIRE(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("executor runs flush subnormal floats to zero unless asked not to, and restore the caller's mode") {
+  for (int threads : {1, 2}) {
+    for (bool flush : {true, false}) {
+      INFO(threads << " threads, flush_denormals " << flush);
+      Graph g(2);
+      Tensor x = g.input("x", {64}, DType::kF32);
+      Tensor y = x * 1e-20f, z = x * 2.0f;
+      g.keep(y);
+      g.keep(z);
+      ExecutorOptions options;
+      options.threads = threads;
+      options.flush_denormals = flush;
+      Executor ex(g, options);
+      ex.set_batch(2);
+      for (int64_t i = 0; i < 64; ++i) ex.data(x)[i] = 1e-20f;  // × 1e-20: a subnormal result
+      for (int64_t i = 64; i < 128; ++i) ex.data(x)[i] = 1e-40f;  // a subnormal input
+      REQUIRE(std::fpclassify(ex.data(x)[64]) == FP_SUBNORMAL);
+#if defined(__x86_64__)
+      const unsigned before = _mm_getcsr() & ~0x3fu;  // the control bits (not the exception flags)
+#endif
+      ex.forward();
+#if defined(__x86_64__)
+      REQUIRE((_mm_getcsr() & ~0x3fu) == before);
+#endif
+      for (int64_t i = 0; i < 64; ++i) {
+        if (flush) {
+          REQUIRE(ex.data(y)[i] == 0.0f);
+          REQUIRE(ex.data(z)[64 + i] == 0.0f);
+        } else {
+          REQUIRE(std::fpclassify(ex.data(y)[i]) == FP_SUBNORMAL);
+          REQUIRE(ex.data(z)[64 + i] == 2.0f * ex.data(x)[64 + i]);  // (exact: 2 × a subnormal)
+          REQUIRE(ex.data(z)[64 + i] > 0.0f);
+        }
+        REQUIRE(ex.data(z)[i] == 2e-20f);  // normal values as ever
+      }
+    }
+  }
 }
 
 TEST_CASE("a steady training step of math ops makes no heap allocation") {
