@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -56,16 +57,27 @@ uint64_t read_xcr0() {
 struct CpuFeatures {
   bool avx512_bf16 = false;  // with AVX512F/BW/VL/DQ and the OS saving their state
   bool amx = false;          // AMX-TILE and AMX-BF16, and the OS granted the tile data
+  std::string amx_note;      // why a CPU with AMX does not use it (bf16_kernel_note)
 };
 
-// Linux's permission for the AMX tile data (XFEATURE_XTILEDATA), asked for once per process.
-bool request_amx_permission() {
+// Linux's permission for the AMX tile data (XFEATURE_XTILEDATA), asked for once per process;
+// on refusal, *why says what was refused and the error.
+bool request_amx_permission(std::string* why) {
   constexpr long kArchGetXcompPerm = 0x1022, kArchReqXcompPerm = 0x1023;
   constexpr int kXfeatureXtiledata = 18;
-  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return false;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) {
+    const int err = errno;
+    *why = std::string("Linux refused the AMX tile-data permission (arch_prctl ARCH_REQ_XCOMP_PERM: ") +
+           std::strerror(err) + (err == ENOSPC ? "; a thread's signal stack is too small for the tile state" : "") +
+           ")";
+    return false;
+  }
   unsigned long bits = 0;
-  if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &bits) != 0) return false;
-  return (bits >> kXfeatureXtiledata) & 1;
+  if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &bits) != 0 || !((bits >> kXfeatureXtiledata) & 1)) {
+    *why = "Linux did not grant the AMX tile-data permission (arch_prctl ARCH_GET_XCOMP_PERM)";
+    return false;
+  }
+  return true;
 }
 
 CpuFeatures detect() {
@@ -81,7 +93,15 @@ CpuFeatures detect() {
   const bool bf16 = __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) && ((a1 >> 5) & 1);
   f.avx512_bf16 = os_avx512 && avx512 && bf16;
   const bool os_amx = ((xcr0 >> 17) & 3) == 3;  // XTILECFG, XTILEDATA
-  f.amx = f.avx512_bf16 && amx_bf16 && amx_tile && os_amx && request_amx_permission();
+  if (f.avx512_bf16 && amx_bf16 && amx_tile) {
+    std::string why;
+    if (!os_amx) {
+      why = "the operating system does not enable the AMX tile state (XCR0)";
+    } else {
+      f.amx = request_amx_permission(&why);
+    }
+    if (!f.amx) f.amx_note = "AMX-BF16 unused: " + why;
+  }
   return f;
 }
 
@@ -566,6 +586,8 @@ std::string bf16_kernels_available() {
     if (bf16_kernel_supported(k)) s += std::string(s.empty() ? "" : ", ") + bf16_kernel_name(k);
   return s;
 }
+
+std::string bf16_kernel_note() { return cpu().amx_note; }
 
 bool bf16_product_worth(int64_t m, int64_t n, int64_t k) { return m >= 16 && n >= 16 && k >= 32; }
 

@@ -31,6 +31,10 @@ const char* bf16_kernel_name(Bf16Kernel kernel);
 bool bf16_kernel_supported(Bf16Kernel kernel);
 // The kernels this machine supports, best first, comma-separated ("AMX-BF16, AVX512-BF16, none").
 std::string bf16_kernels_available();
+// Why a CPU with AMX-BF16 does not use it, or "" (it does, or has none): the OS leaves the tile
+// state off (XCR0), or Linux refused the tile-data permission (arch_prctl, e.g. ENOSPC when a
+// thread's signal stack is too small for the tiles). The products then run on AVX512-BF16.
+std::string bf16_kernel_note();
 // Uses `kernel` from now on; false (nothing changed) when this CPU cannot run it. Not
 // thread-safe: call it before running products (engine/simd_target.h's force_bf16_kernel
 // and the ATTNKIT_BF16 variable use it).

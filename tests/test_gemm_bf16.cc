@@ -4,6 +4,11 @@
 // Kernels the CPU lacks report their test case as skipped.
 #include <catch2/catch.hpp>
 
+#include <cpuid.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -113,6 +118,48 @@ void shapes_on(Bf16Kernel kernel) {
 }
 
 }  // namespace
+
+// First in this file: its forked child must be the first of the process to look at the CPU
+// (CTest runs every case in a process of its own; run whole, Catch2 takes them in this order).
+TEST_CASE("a refused AMX tile permission falls back to AVX512-BF16 with a note saying why") {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  const bool cpu_amx = __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> 22) & 1) && ((d >> 24) & 1);
+  uint32_t xcr0_lo = 0, xcr0_hi = 0;
+  if (cpu_amx) __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if (!cpu_amx || ((xcr0_lo >> 17) & 3) != 3) ATTNKIT_SKIP("this CPU (or OS) has no AMX tile state");
+  // Linux refuses the permission (ENOSPC) while a thread's signal stack is too small for the
+  // tiles: a 4 KB one in a child process, which then reports what the library chose.
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    static char small_stack[4096];
+    stack_t ss{};
+    ss.ss_sp = small_stack;
+    ss.ss_size = sizeof small_stack;
+    std::string report = sigaltstack(&ss, nullptr) != 0 ? std::string("sigaltstack failed")
+                         : std::string(attnkit::bf16_kernel_name(attnkit::bf16_kernel())) + "|" +
+                               attnkit::bf16_kernels_available() + "|" + attnkit::bf16_kernel_note();
+    (void)!write(fds[1], report.data(), report.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string report;
+  char buf[512];
+  for (ssize_t got; (got = read(fds[0], buf, sizeof buf)) > 0;) report.append(buf, static_cast<size_t>(got));
+  close(fds[0]);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  INFO("child: " << report);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(report.rfind("AVX512-BF16|AVX512-BF16, none|AMX-BF16 unused: Linux refused the AMX tile-data permission", 0) == 0);
+  CHECK(report.find("arch_prctl ARCH_REQ_XCOMP_PERM") != std::string::npos);
+  CHECK(report.find("signal stack") != std::string::npos);
+  // This process was not refused.
+  CHECK(attnkit::bf16_kernel_supported(Bf16Kernel::kAmx));
+  CHECK(attnkit::bf16_kernel_note().empty());
+}
 
 TEST_CASE("bf16 rounding: nearest, ties to even, subnormals to zero, NaN and overflow kept") {
   CHECK(round_to_bf16(1.0f) == 1.0f);

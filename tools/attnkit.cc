@@ -46,6 +46,7 @@ std::string version_text() {
          "\nbf16 products (--precision bf16): " + attnkit::bf16_kernel_name(attnkit::bf16_kernel()) +
          (std::getenv("ATTNKIT_BF16") ? " (ATTNKIT_BF16)" : "") +
          "; this CPU has: " + attnkit::bf16_kernels_available() +
+         (attnkit::bf16_kernel_note().empty() ? "" : " (" + attnkit::bf16_kernel_note() + ")") +
 #ifdef ATTNKIT_HAVE_MPI
          "\nMPI: " + attnkit::mpi_library_version() + " (mpirun -np N attnkit train: data-parallel)";
 #else

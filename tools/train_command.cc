@@ -267,6 +267,8 @@ int run_train(const TrainArgs& a, Collective* group) {
   if (lead) writer_of_lead = std::make_unique<RunFolderWriter>(out, "attnkit train " + config.task);
 
   Trainer trainer(config, options, std::move(data));
+  if (options.precision == Precision::kBf16 && lead && !quiet && !bf16_kernel_note().empty())
+    fmt::print("precision: {}\n", bf16_kernel_note());
   if (options.precision == Precision::kBf16 && lead && !quiet)
     fmt::print("{}\n", trainer.executor().bf16_products()
                            ? fmt::format("precision: bf16 products on {} (parameters, Adam and the other ops float32)",
