@@ -48,6 +48,11 @@ void layernorm_differentiate(Autodiff& ad, const Node& n) {
 void layernorm_backward_run(const RunContext& c, const Node& n, Slice s) {
   const Shape xs = c.shape(n.in[0]);
   const int64_t rows = xs.rows(), d = xs.last();
+  if (s.count <= 1 && n.out[0] != kNoTensor && n.out[1] != kNoTensor && n.out[2] != kNoTensor) {  // one pass
+    layernorm_backward(c.f32(n.in[0]), c.f32(n.in[1]), c.f32(n.in[2]), c.f32(n.in[3]), c.f32(n.in[4]),
+                       c.f32(n.out[0]), c.f32(n.out[1]), c.f32(n.out[2]), rows, d, n.accumulates(0));
+    return;
+  }
   if (n.out[0] != kNoTensor)
     layernorm_backward_input(c.f32(n.in[0]), c.f32(n.in[1]), c.f32(n.in[2]), c.f32(n.in[3]),
                              c.f32(n.in[4]), c.f32(n.out[0]), rows, d, n.accumulates(0), s);

@@ -55,33 +55,56 @@ void LayernormForward(const float* x, const float* gamma, const float* beta, flo
 }
 
 // In the forward pass y = x̂·gamma + beta with x̂ = (x − mean)·rstd; with g = dy·gamma,
-// dx = rstd·(g − mean(g) − x̂·mean(g·x̂)).
+// dx = rstd·(g − mean(g) − x̂·mean(g·x̂)). Rows [r0, r1). With dgamma (and dbeta), also
+// dgamma += dy·x̂ and dbeta += dy row after row, while the row is in cache: over all rows in
+// order that is LayernormBackwardParams's chain for every column, so the same bits.
+static void BackwardRows(const float* x, const float* gamma, const float* mean, const float* rstd,
+                         const float* dy, float* dx, float* dgamma, float* dbeta, int64_t r0, int64_t r1,
+                         int64_t dim, bool accumulate) {
+  const DF d;
+  const float inv_dim = 1.0f / static_cast<float>(dim);
+  WithFlag(accumulate, [&](auto kAccumulate) {
+    WithFlag(dgamma != nullptr, [&](auto kParams) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float *xr = x + r * dim, *dyr = dy + r * dim;
+        float* dxr = dx + r * dim;
+        const auto vmu = hn::Set(d, mean[r]), vrs = hn::Set(d, rstd[r]);
+        auto xhat = [&](int64_t j, size_t n) { return hn::Mul(hn::Sub(LoadUpTo(d, xr + j, n), vmu), vrs); };
+        auto g = [&](int64_t j, size_t n) { return hn::Mul(LoadUpTo(d, dyr + j, n), LoadUpTo(d, gamma + j, n)); };
+        const float g_mean = SumVectors(dim, g) * inv_dim;
+        const float gx_mean = SumVectors(dim, [&](int64_t j, size_t n) { return hn::Mul(g(j, n), xhat(j, n)); }) * inv_dim;
+        const auto vg_mean = hn::Set(d, g_mean), vgx_mean = hn::Set(d, gx_mean);
+        ForEachVector(d, dxr, 0, dim, [&](int64_t j, size_t n) {
+          const auto vxhat = xhat(j, n);
+          if constexpr (decltype(kParams)::value) {  // before dx's store: dx may be dy
+            const auto vdy = LoadUpTo(d, dyr + j, n);
+            StoreUpTo(d, hn::MulAdd(vdy, vxhat, LoadUpTo(d, dgamma + j, n)), dgamma + j, n);
+            StoreUpTo(d, hn::Add(LoadUpTo(d, dbeta + j, n), vdy), dbeta + j, n);
+          }
+          const auto v = hn::Mul(vrs, hn::NegMulAdd(vxhat, vgx_mean, hn::Sub(g(j, n), vg_mean)));
+          if constexpr (decltype(kAccumulate)::value) {
+            return hn::Add(LoadUpTo(d, dxr + j, n), v);
+          } else {
+            return v;
+          }
+        });
+      }
+    });
+  });
+}
+
 void LayernormBackwardInput(const float* x, const float* gamma, const float* mean,
                             const float* rstd, const float* dy, float* dx, int64_t rows,
                             int64_t dim, bool accumulate, Slice s) {
-  const DF d;
   const auto [r0, r1] = slice_range(rows, s);
-  const float inv_dim = 1.0f / static_cast<float>(dim);
-  for (int64_t r = r0; r < r1; ++r) {
-    const float *xr = x + r * dim, *dyr = dy + r * dim;
-    float* dxr = dx + r * dim;
-    const auto vmu = hn::Set(d, mean[r]), vrs = hn::Set(d, rstd[r]);
-    auto xhat = [&](int64_t j, size_t n) { return hn::Mul(hn::Sub(LoadUpTo(d, xr + j, n), vmu), vrs); };
-    auto g = [&](int64_t j, size_t n) { return hn::Mul(LoadUpTo(d, dyr + j, n), LoadUpTo(d, gamma + j, n)); };
-    const float g_mean = SumVectors(dim, g) * inv_dim;
-    const float gx_mean = SumVectors(dim, [&](int64_t j, size_t n) { return hn::Mul(g(j, n), xhat(j, n)); }) * inv_dim;
-    const auto vg_mean = hn::Set(d, g_mean), vgx_mean = hn::Set(d, gx_mean);
-    WithFlag(accumulate, [&](auto kAccumulate) {
-      ForEachVector(d, dxr, 0, dim, [&](int64_t j, size_t n) {
-        const auto v = hn::Mul(vrs, hn::NegMulAdd(xhat(j, n), vgx_mean, hn::Sub(g(j, n), vg_mean)));
-        if constexpr (decltype(kAccumulate)::value) {
-          return hn::Add(LoadUpTo(d, dxr + j, n), v);
-        } else {
-          return v;
-        }
-      });
-    });
-  }
+  BackwardRows(x, gamma, mean, rstd, dy, dx, nullptr, nullptr, r0, r1, dim, accumulate);
+}
+
+// dx, dgamma and dbeta in one pass over x and dy (one slice: all rows in order).
+void LayernormBackwardAll(const float* x, const float* gamma, const float* mean, const float* rstd,
+                          const float* dy, float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t dim,
+                          bool accumulate) {
+  BackwardRows(x, gamma, mean, rstd, dy, dx, dgamma, dbeta, 0, rows, dim, accumulate);
 }
 
 // dgamma = Σ_rows dy·x̂, dbeta = Σ_rows dy, each column summed over rows in order. Up to
@@ -147,6 +170,7 @@ namespace attnkit {
 HWY_EXPORT(LayernormForward);
 HWY_EXPORT(LayernormBackwardInput);
 HWY_EXPORT(LayernormBackwardParams);
+HWY_EXPORT(LayernormBackwardAll);
 
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
                        float* mean, float* rstd, int64_t rows, int64_t d, float eps, Slice s) {
@@ -161,6 +185,11 @@ void layernorm_backward_params(const float* x, const float* mean, const float* r
                                const float* dy, float* dgamma, float* dbeta, int64_t rows,
                                int64_t d, Slice s) {
   HWY_DYNAMIC_DISPATCH(LayernormBackwardParams)(x, mean, rstd, dy, dgamma, dbeta, rows, d, s);
+}
+void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                        const float* dy, float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t d,
+                        bool accumulate) {
+  HWY_DYNAMIC_DISPATCH(LayernormBackwardAll)(x, gamma, mean, rstd, dy, dx, dgamma, dbeta, rows, d, accumulate);
 }
 }  // namespace attnkit
 #endif

@@ -23,4 +23,10 @@ void layernorm_backward_params(const float* x, const float* mean, const float* r
                                const float* dy, float* dgamma, float* dbeta, int64_t rows,
                                int64_t d, Slice s = {});
 
+// Both at once on one thread, reading x and dy once: layernorm_backward_input and
+// layernorm_backward_params's results, bit for bit (dx may be dy).
+void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
+                        const float* dy, float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t d,
+                        bool accumulate);
+
 }  // namespace attnkit

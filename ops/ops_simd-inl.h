@@ -96,6 +96,16 @@ HWY_INLINE hn::Vec<D> LoadUpTo(D d, const hn::TFromD<D>* p, size_t n) {
   return n == hn::Lanes(d) ? hn::LoadU(d, p) : LoadTail(d, p, n);
 }
 
+// Stores v whole at p if n == Lanes(d), else its first n lanes (StoreTail).
+template <class D>
+HWY_INLINE void StoreUpTo(D d, hn::Vec<D> v, hn::TFromD<D>* p, size_t n) {
+  if (n == hn::Lanes(d)) {
+    hn::StoreU(v, d, p);
+  } else {
+    StoreTail(d, v, p, n);
+  }
+}
+
 // out[j, j + n) = op(j, n) over [begin, end), vector by vector, the last one partial. The
 // partial vector goes through the same lane operations as the full ones, so a value's bits
 // never depend on where a slice boundary falls.

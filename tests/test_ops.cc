@@ -156,6 +156,30 @@ TEST_CASE("layernorm forward and backward", "[layernorm]") {
         attnkit::layernorm_backward_params(x.data(), mean.data(), rstd.data(), w.data(), out,
                                            out + d, rows, d, s);
       });
+
+      // The one-pass backward: the two kernels' bits, accumulating or not, and with dx = dy.
+      for (bool accumulate : {false, true}) {
+        INFO("one pass, accumulate " << accumulate);
+        std::vector<float> dx1(rows * d, 1.0f), g1(d, 0.25f), b1(d, -0.5f);
+        std::vector<float> dx2 = dx1, g2 = g1, b2 = b1;
+        attnkit::layernorm_backward_input(x.data(), gamma.data(), mean.data(), rstd.data(), w.data(), dx1.data(),
+                                          rows, d, accumulate);
+        attnkit::layernorm_backward_params(x.data(), mean.data(), rstd.data(), w.data(), g1.data(), b1.data(),
+                                           rows, d);
+        attnkit::layernorm_backward(x.data(), gamma.data(), mean.data(), rstd.data(), w.data(), dx2.data(),
+                                    g2.data(), b2.data(), rows, d, accumulate);
+        REQUIRE(std::memcmp(dx1.data(), dx2.data(), dx1.size() * sizeof(float)) == 0);
+        REQUIRE(std::memcmp(g1.data(), g2.data(), g1.size() * sizeof(float)) == 0);
+        REQUIRE(std::memcmp(b1.data(), b2.data(), b1.size() * sizeof(float)) == 0);
+        if (!accumulate) {
+          std::vector<float> inplace = w, g3(d, 0.25f), b3(d, -0.5f);
+          attnkit::layernorm_backward(x.data(), gamma.data(), mean.data(), rstd.data(), inplace.data(),
+                                      inplace.data(), g3.data(), b3.data(), rows, d, false);
+          REQUIRE(std::memcmp(inplace.data(), dx1.data(), dx1.size() * sizeof(float)) == 0);
+          REQUIRE(std::memcmp(g3.data(), g1.data(), g1.size() * sizeof(float)) == 0);
+          REQUIRE(std::memcmp(b3.data(), b1.data(), b1.size() * sizeof(float)) == 0);
+        }
+      }
     }
   });
 }
