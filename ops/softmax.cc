@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include "ops/softmax.h"
 
@@ -481,7 +482,9 @@ void SoftmaxBackward(const float* y, const float* dy, float* dx, int64_t groups,
                      int64_t tk, float scale, const SoftmaxMask& mask, bool accumulate,
                      Slice s) {
   if (tk <= 0) return;
-  const auto [r0, r1] = slice_range(groups * tq, s);
+  // (Plain locals, not structured bindings: the lambdas below capture them, which clang rejects.)
+  const std::pair<int64_t, int64_t> range = slice_range(groups * tq, s);
+  const int64_t r0 = range.first, r1 = range.second;
   if (hn::Lanes(hn::ScalableTag<float>()) >= 16 && tk <= static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>()))) {
     const bool masked = mask.data != nullptr || mask.causal;
     WithFlag(accumulate, [&](auto acc) {
