@@ -210,8 +210,14 @@ HWY_INLINE void SmallTileNT(D d, const GemmArgs& g, int64_t i, int64_t j, int64_
       Transpose8x8(in, out0);
       if constexpr (kBlocks == 2) {
         V8 out1[8];
-        for (int q = 0; q < 8; ++q) in[q] = hn::MaskedLoad(km, d8, rows[8 + q] + k0);
-        Transpose8x8(in, out1);
+        if (cols <= 12) {  // at most 4 rows of B in the upper half (T = 10: 2)
+          V8 in4[4];
+          for (int q = 0; q < 4; ++q) in4[q] = hn::MaskedLoad(km, d8, rows[8 + q] + k0);
+          Transpose4x8(in4, out1);
+        } else {
+          for (int q = 0; q < 8; ++q) in[q] = hn::MaskedLoad(km, d8, rows[8 + q] + k0);
+          Transpose8x8(in, out1);
+        }
         for (int c = 0; c < 8; ++c) bt[c] = hn::Combine(d, out1[c], out0[c]);
       } else {
         for (int c = 0; c < 8; ++c) bt[c] = out0[c];
