@@ -651,7 +651,7 @@ TEST_CASE("force_simd_target moves every kernel to a lower target and back and r
 // on every target, against the reference and across slice counts (bitwise).
 TEST_CASE("small products and the dot path at ragged sizes match a double reference", "[gemm]") {
   const std::vector<int64_t> ms = {1, 2, 3, 5, 7, 8, 9, 10, 11, 12, 13, 16, 17, 24, 25, 31, 33};
-  const std::vector<int64_t> ns = {1, 2, 3, 4, 5, 7, 8, 9, 10, 15, 16, 17, 24, 31, 32, 33};
+  const std::vector<int64_t> ns = {1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 15, 16, 17, 24, 31, 32, 33};
   const std::vector<int64_t> ks = {1, 2, 7, 8, 9, 10, 16, 17, 31, 33};
   const std::vector<std::pair<float, float>> scalars = {{1, 0}, {1, 1}, {-0.5f, 1.5f}};
   attnkit::test::for_each_simd_target([&](const std::string& target) {
