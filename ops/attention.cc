@@ -386,8 +386,9 @@ HWY_NOINLINE void ShortBackward(DT dt, DH dhd, const float* q, const float* k, c
     for (int64_t r = 0; r < m.heads * m.tk; ++r)
       for (int64_t i = m.tq; i < tqp; ++i) summed_st[r * tqp + i] = 0.0f;
   const int64_t ldy = m.y_row();  // (sum_heads: every head reads the one dy)
+  int64_t b = p0 / m.heads, h = p0 % m.heads - 1;  // (stepped with p: no division per product)
   for (int64_t p = p0; p < p1; ++p) {
-    const int64_t b = p / m.heads, h = p % m.heads;
+    if (++h == m.heads) h = 0, ++b;
     const float* qp = q + b * m.tq * m.d + h * m.dh;
     const float* kp = k + b * m.tk * m.d + h * m.dh;
     const float* vp = v + b * m.tk * m.dv + h * m.dvh;
