@@ -386,7 +386,8 @@ HWY_NOINLINE void ShortBackward(DT dt, DH dhd, const float* q, const float* k, c
     for (int64_t r = 0; r < m.heads * m.tk; ++r)
       for (int64_t i = m.tq; i < tqp; ++i) summed_st[r * tqp + i] = 0.0f;
   const int64_t ldy = m.y_row();  // (sum_heads: every head reads the one dy)
-  int64_t b = p0 / m.heads, h = p0 % m.heads - 1;  // (stepped with p: no division per product)
+  const int64_t b_first = p0 / m.heads, h_first_of_range = p0 % m.heads;
+  int64_t b = b_first, h = h_first_of_range - 1;  // (stepped with p: no division per product)
   for (int64_t p = p0; p < p1; ++p) {
     if (++h == m.heads) h = 0, ++b;
     const float* qp = q + b * m.tq * m.d + h * m.dh;
@@ -396,7 +397,7 @@ HWY_NOINLINE void ShortBackward(DT dt, DH dhd, const float* q, const float* k, c
     // dPᵀ = V·dyᵀ; Pᵀ.
     float* st = x.st;
     if (summed) {
-      const int64_t h_first = b == p0 / m.heads ? p0 % m.heads : 0;  // the range's first head of entry b
+      const int64_t h_first = b == b_first ? h_first_of_range : 0;  // the range's first head of entry b
       if (h == h_first) {
         const int64_t h_end = std::min<int64_t>(m.heads, h_first + (p1 - p)), rows = (h_end - h_first) * m.tk;
         if (rows != tiles_rows) tiles = PlanSummedTiles(dhd, m.tq, rows, N), tiles_rows = rows;
