@@ -2,7 +2,7 @@
 // Executor::train_step) at each lesson's batch size, 1 and 2 threads.
 //
 //   bench_train_step [--batch=N] [--models=neighbor-sum,duplicates,reversal,reversal-large,neighbor-sum-003]
-//                    [--threads=1,2] [--adaptive=0|1] [--fold=0|1] [--fuse=0|1]
+//                    [--threads=1,2] [--adaptive=0|1] [--fold=0|1] [--fuse=0|1] [--index-values=0|1]
 //                    [--profile=STEPS] [--precision=f32|bf16]
 //                    [Google Benchmark flags, e.g. --benchmark_min_time=0.5]
 //
@@ -14,6 +14,8 @@
 // really N threads every step. --fold=0 builds the textbook graph, without folding the
 // projections of embedding lookups into the tables (see linear() in engine/modules.h).
 // --fuse=0 keeps ReLUs and residual sums as nodes of their own (see Graph::fuse_elementwise).
+// --index-values=0 materializes an attention's values instead of reading them from a
+// per-(token, position) table (see Graph::index_attention_values).
 // --profile=STEPS runs that many steps of each model with the
 // executor's per-node timing on and prints the slowest nodes instead of benchmarking.
 // Token batches (with the task's true targets) are generated before timing; a few distinct
@@ -99,12 +101,14 @@ constexpr int kDistinctBatches = 4;
 bool g_adaptive = true;
 bool g_fold = true;
 bool g_fuse = true;
+bool g_index_values = true;
 Precision g_precision = Precision::kF32;
 
 ModelConfig bench_config(const std::string& task) {
   ModelConfig c = lesson_config(base_task(task));
   c.fold_embedding_projections = g_fold;
   c.fuse_elementwise = g_fuse;
+  c.index_attention_values = g_index_values;
   return c;
 }
 
@@ -212,6 +216,8 @@ int main(int argc, char** argv) {
       }
     } else if (take_flag(argc, argv, i, "--fuse", &v)) {
       g_fuse = v != "0";
+    } else if (take_flag(argc, argv, i, "--index-values", &v)) {
+      g_index_values = v != "0";
     } else if (take_flag(argc, argv, i, "--profile", &v)) {
       profile_steps = std::atoi(v.c_str());
       if (profile_steps <= 0) {

@@ -85,6 +85,10 @@ void Graph::backward_from(Tensor loss, Tensor dy) {
     fold_attention_values();
     remove_dead_forward_nodes(loss.id());
   }
+  if (index_attention_values_) {
+    index_attention_values(loss.id());
+    remove_dead_forward_nodes(loss.id());
+  }
   forward_nodes_ = nodes_.size();
 
   Autodiff ad(*this);

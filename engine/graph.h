@@ -38,6 +38,14 @@ struct NodeAttrs {
   // ids[b, t]·T + t of each table (the lookups happen inside the kernel); an optional in[5],
   // a table [V, T, out width] too, is the output's starting value (the folded head's lookup).
   bool indexed = false;
+  // kAttention, training (Graph::index_attention_values): v (in[2]) is a per-(token, position)
+  // table [V, T, Dv] and in[4] the ids [B, T]; row t of sequence b's values is row
+  // ids[b, t]·T + t of it. q, k and the output keep their layout. kAttentionBackward: its dv
+  // output is then the [B, T, Dv] gradient of those rows (in[7]: the ids).
+  bool v_indexed = false;
+  // kEmbeddingBackward of an indexed attention's values: dy row i adds into table row
+  // ids[i]·positions + i % positions (0: row ids[i], a plain embedding's backward).
+  int64_t positions = 0;
   float scale = 1.0f;
   float eps = 1e-5f;
   bool causal = false;
@@ -179,6 +187,11 @@ class Graph {
   // fuse_elementwise). On by default; the results are bitwise the same either way.
   bool fuse_elementwise_enabled() const { return fuse_elementwise_; }
   void set_fuse_elementwise(bool on) { fuse_elementwise_ = on; }
+  // Whether backward() lets an attention read its values from a per-(token, position) table
+  // (see index_attention_values). On by default; off materializes the values' rows (the
+  // results agree to rounding: the table's gradient is summed in another order).
+  bool index_attention_values_enabled() const { return index_attention_values_; }
+  void set_index_attention_values(bool on) { index_attention_values_ = on; }
 
   // "tok(ids) [64, 10, 32]": a tensor named for error messages.
   std::string describe(TensorId id) const;
@@ -218,6 +231,12 @@ class Graph {
   //   graphs (backward_from) fold it too: a head-summed attention's backward gives every head
   //   the one output gradient.
   void fold_attention_values();
+  // Training (backward_from, after fold_attention_values): a head-summed attention whose
+  // values are a lookup table[ids] (+ pos) of T ≤ 16 positions, used only there, whose per-(token, position)
+  // table (V·T rows) takes at most 1 MB, reads them from that table, table[v] + pos[t],
+  // instead (attrs.v_indexed): the [B, T, Dv] rows are never written (neighbor-sum's folded
+  // values: 655 KB a step), and their gradient goes to the V·T table rows.
+  void index_attention_values(TensorId loss);
   void fold_lookup_addends();
   void fuse_residual_relu();
   // - relu(y + r) (or y + r) with y a folded attention's output (sum_heads, or one head) and r
@@ -245,6 +264,7 @@ class Graph {
   size_t forward_nodes_ = 0;
   bool fold_embedding_projections_ = true;
   bool fuse_elementwise_ = true;
+  bool index_attention_values_ = true;
 };
 
 }  // namespace attnkit

@@ -52,9 +52,23 @@ void indexed_attention_build(Graph& g, Node& n) {
            g.new_tensor("attention(" + q.name + ").probs", DType::kF32, {b, h, t, t}, ids.batched)};
 }
 
+// Values from a table (attrs.v_indexed, training): in = {q, k, v table [V, T, Dv], mask, ids
+// [B, T]}; checked here, then the plain checks with the table's rows as the sequence's.
+void value_table_check(Graph& g, const Node& n) {
+  if (n.in.size() != 5) shape_error(g, "attention", "an attention with a value table needs q, k, v, mask and ids", {});
+  const TensorDesc &q = g.tensor(n.in[0]), &v = g.tensor(n.in[2]), &ids = g.tensor(n.in[4]);
+  if (ids.dtype != DType::kI32 || ids.shape.rank != 2 || ids.batched != q.batched || ids.shape[0] != q.shape[0])
+    shape_error(g, "attention", "ids must be int32 [batch, T] like q's batch", {n.in[0], n.in[4]});
+  if (v.dtype != DType::kF32 || v.batched || v.shape.rank != 3 || v.shape[1] != ids.shape[1])
+    shape_error(g, "attention", "the value table must be float [vocab, T, dim]", {n.in[2], n.in[4]});
+  if (g.tensor(n.in[1]).shape.rank != 3 || g.tensor(n.in[1]).shape[1] != ids.shape[1])
+    shape_error(g, "attention", "k must have the value table's T tokens", {n.in[1], n.in[2]});
+}
+
 void attention_build(Graph& g, Node& n) {
   if (n.attrs.indexed) return indexed_attention_build(g, n);
-  if (n.in.size() != 4) shape_error(g, "attention", "needs q, k, v and an optional mask", {});
+  if (n.attrs.v_indexed) value_table_check(g, n);
+  if (n.in.size() != (n.attrs.v_indexed ? 5u : 4u)) shape_error(g, "attention", "needs q, k, v and an optional mask", {});
   const TensorDesc &q = g.tensor(n.in[0]), &k = g.tensor(n.in[1]), &v = g.tensor(n.in[2]);
   const int64_t h = n.attrs.heads;
   std::vector<TensorId> qkv = {n.in[0], n.in[1], n.in[2]};
@@ -62,7 +76,8 @@ void attention_build(Graph& g, Node& n) {
     shape_error(g, "attention", "q, k, v must be [batch, tokens, dim]", qkv);
   if (q.dtype != DType::kF32 || k.dtype != DType::kF32 || v.dtype != DType::kF32)
     shape_error(g, "attention", "q, k, v must be float", qkv);
-  if (q.shape[0] != k.shape[0] || k.shape[0] != v.shape[0] || q.batched != k.batched || k.batched != v.batched)
+  if (q.shape[0] != k.shape[0] || q.batched != k.batched ||
+      (!n.attrs.v_indexed && (k.shape[0] != v.shape[0] || k.batched != v.batched)))
     shape_error(g, "attention", "q, k, v must have the same batch", qkv);
   if (q.shape[2] != k.shape[2]) shape_error(g, "attention", "q and k must have the same dim", qkv);
   if (k.shape[1] != v.shape[1]) shape_error(g, "attention", "k and v must have the same number of tokens", qkv);
@@ -108,6 +123,7 @@ AttentionDims forward_dims(const RunContext& c, const Dims& m, const Node& n) {
     d.score_table = n.in[6] != kNoTensor ? c.f32(n.in[6]) : nullptr;
     d.table_rows = c.shape(n.in[0])[0] * m.tq;
   }
+  if (n.attrs.v_indexed) d.v_ids = c.i32(n.in[4]);
   return d;
 }
 AttentionMasking masking(const RunContext& c, const Node& n, TensorId mask_id) {
@@ -156,23 +172,40 @@ void attention_run(const RunContext& c, const Node& n, Slice s) {
 // Backward node: in (q, k, v, probs, dy, mask, dprobs); out (dq, dk, dv); scratch dP
 // [B, H, Tq, Tk]. dy is the gradient of the output, dprobs that of the attention weights (a
 // loss or regularizer on them); either may be absent. Without dy, V gets no gradient.
+// With a value table (attrs.v_indexed, in[7] the ids): dv is the [B, T, Dv] gradient of the
+// sequences' value rows, and an embedding backward with positions (attrs.positions = T) adds
+// it into the table's gradient, row ids[b, t]·T + t.
 void attention_differentiate(Autodiff& ad, const Node& n) {
   if (n.attrs.relu || n.attrs.indexed || n.accumulate != 0)
     throw Error("attention: an indexed, ReLU'd or accumulating attention (an inference fold) has no backward");
+  Graph& g = ad.graph();
   Node b;
   b.op = OpKind::kAttentionBackward;
   const TensorId dy = ad.grad(n.out[0]), dprobs = ad.grad(n.out[1]);
   b.in = {n.in[0], n.in[1], n.in[2], n.out[1], dy, n.in[3], dprobs};
+  if (n.attrs.v_indexed) b.in.push_back(n.in[4]);
   b.attrs = n.attrs;
   b.backward = true;
   b.out.assign(3, kNoTensor);
   set_out_accumulate(b, 0, ad.contribute(n.in[0]));
   set_out_accumulate(b, 1, ad.contribute(n.in[1]));
-  if (dy != kNoTensor) set_out_accumulate(b, 2, ad.contribute(n.in[2]));
+  Node scatter;  // (v_indexed: the rows' gradient into the table's)
+  if (dy != kNoTensor && n.attrs.v_indexed && ad.needs_grad(n.in[2])) {
+    const TensorDesc &q = g.tensor(n.in[0]), &v = g.tensor(n.in[2]);
+    b.out[2] = g.new_tensor(v.name + ".rows.grad", DType::kF32, {q.shape[0], v.shape[1], v.shape[2]}, q.batched);
+    scatter.op = OpKind::kEmbeddingBackward;
+    scatter.in = {n.in[4], b.out[2]};
+    scatter.attrs.positions = v.shape[1];
+    scatter.backward = true;
+    set_out_accumulate(scatter, 0, ad.contribute(n.in[2]));
+  } else if (dy != kNoTensor && !n.attrs.v_indexed) {
+    set_out_accumulate(b, 2, ad.contribute(n.in[2]));
+  }
   if (b.out[0] == kNoTensor && b.out[1] == kNoTensor && b.out[2] == kNoTensor) return;
-  const TensorDesc& probs = ad.graph().tensor(n.out[1]);
-  b.scratch = {ad.graph().new_tensor(probs.name + ".grad", DType::kF32, probs.shape, probs.batched)};
-  ad.graph().add_node(std::move(b));
+  const TensorDesc& probs = g.tensor(n.out[1]);
+  b.scratch = {g.new_tensor(probs.name + ".grad", DType::kF32, probs.shape, probs.batched)};
+  g.add_node(std::move(b));
+  if (!scatter.in.empty()) g.add_node(std::move(scatter));
 }
 
 void attention_backward_run(const RunContext& c, const Node& n, Slice s) {
@@ -189,6 +222,7 @@ void attention_backward_run(const RunContext& c, const Node& n, Slice s) {
   AttentionDims d = short_dims(m);
   d.sum_heads = n.attrs.sum_heads;  // dy [B, Tq, Dv / H], every head's output gradient
   d.bf16 = s.bf16;
+  if (n.attrs.v_indexed) d.v_ids = c.i32(n.in[7]);
   for_each_product_range(m.b * m.h, s, [&](int64_t p0, int64_t p1) {
     attention_backward(q, k, v, probs, dy, dweights, dprobs, dq, dk, dv, n.accumulates(0), n.accumulates(1),
                        n.accumulates(2), d, mk, p0, p1);
@@ -199,8 +233,8 @@ void no_build(Graph&, Node&) {}
 
 // An indexed attention's ids index its tables' first dim.
 bool attention_ids(const Graph& g, const Node& n, size_t* input, int64_t* lo, int64_t* hi) {
-  if (!n.attrs.indexed) return false;
-  *input = 4, *lo = 0, *hi = g.tensor(n.in[0]).shape[0];
+  if (!n.attrs.indexed && !n.attrs.v_indexed) return false;
+  *input = 4, *lo = 0, *hi = g.tensor(n.in[n.attrs.indexed ? 0 : 2]).shape[0];
   return true;
 }
 

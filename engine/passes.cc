@@ -152,6 +152,47 @@ void Graph::fold_attention_values() {
   }
 }
 
+void Graph::index_attention_values(TensorId loss) {
+  constexpr int64_t kMaxPositions = 16;              // the kernels' short path
+  constexpr int64_t kMaxTableBytes = int64_t{1} << 20;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    // Head-summed attentions (fold_attention_values with several heads): their kernels read the
+    // value rows through pointers, so the table costs nothing there (one head's kernels would
+    // copy each sequence's rows: duplicates and reversal ran 0–1% slower).
+    if (nodes_[i].op != OpKind::kAttention || nodes_[i].attrs.indexed || nodes_[i].attrs.v_indexed ||
+        !nodes_[i].attrs.sum_heads || nodes_[i].in.size() != 4)
+      continue;
+    const Node att = nodes_[i];  // a copy: apply() appends nodes
+    const TensorId v = att.in[2];
+    const int64_t p = producer(v);
+    if (p < 0) continue;
+    const Node lookup = nodes_[static_cast<size_t>(p)];
+    if (lookup.op != OpKind::kEmbedding || lookup.in.size() != 3 || lookup.out[0] != v) continue;
+    const TensorDesc &vd = tensor(v), &table = tensor(lookup.in[0]), &ids = tensor(lookup.in[1]);
+    if (vd.keep || vd.requires_grad || vd.retain_grad || uses(v, loss) != 1) continue;
+    if (table.batched || table.shape.rank != 2 || ids.dtype != DType::kI32 || !ids.batched || ids.shape.rank != 2)
+      continue;
+    const int64_t t = ids.shape[1], vocab = table.shape[0];
+    if (t > kMaxPositions || vd.shape.rank != 3 || tensor(att.in[1]).shape[1] != t) continue;
+    if (lookup.in[2] != kNoTensor && tensor(lookup.in[2]).batched) continue;
+    // A small table (neighbor-sum's: 10·10 rows of 256, 100 KB): not against the batch, so that
+    // a graph's nodes, hence its bits, do not depend on the batch it was planned for.
+    if (vocab * t * vd.shape[2] * 4 > kMaxTableBytes) continue;
+    const size_t first_new = nodes_.size();
+    const TensorId rows = pair_rows(vocab, t).id();
+    const TensorId values = apply(OpKind::kEmbedding, {lookup.in[0], rows, lookup.in[2]})[0].id();  // [V, T, Dv]
+    Node ix = att;
+    ix.in = {att.in[0], att.in[1], values, att.in[3], lookup.in[1]};
+    ix.attrs.v_indexed = true;
+    std::vector<Node> added(nodes_.begin() + static_cast<std::ptrdiff_t>(first_new), nodes_.end());
+    nodes_.resize(first_new);
+    nodes_[i] = std::move(ix);
+    nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(i), added.begin(), added.end());
+    i += added.size();
+    forward_nodes_ = nodes_.size();
+  }
+}
+
 void Graph::fold_lookup_addends() {
   std::vector<bool> dead(nodes_.size(), false);
   for (size_t i = 0; i < nodes_.size(); ++i) {

@@ -76,6 +76,7 @@ Model build_model(const ModelConfig& c, int64_t max_batch, bool with_backward) {
   Graph& g = *m.graph;
   g.set_fold_embedding_projections(c.fold_embedding_projections);
   g.set_fuse_elementwise(c.fuse_elementwise);
+  g.set_index_attention_values(c.index_attention_values);
   m.ids = g.input("ids", {c.seq_len}, DType::kI32);
   m.targets = g.input("targets", {c.seq_len}, DType::kI32);
 

@@ -39,6 +39,10 @@ struct ModelConfig {
   // (Graph::set_fuse_elementwise): bitwise the same results; off only to measure. Not saved
   // in checkpoints.
   bool fuse_elementwise = true;
+  // An attention reads its folded values from a per-(token, position) table instead of their
+  // [B, T, ·] rows (Graph::set_index_attention_values): changes only rounding (the table's
+  // gradient sums in another order); off only to measure. Not saved in checkpoints.
+  bool index_attention_values = true;
 };
 
 // The lesson's configuration of a task (throws Error for an unknown task). Besides the three

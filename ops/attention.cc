@@ -291,7 +291,7 @@ HWY_INLINE void DotTileT(D d, const float* const* HWY_RESTRICT ar, const float* 
 // (h − h0)·tk + j. Dot products along the value columns: the rows of dy and of V are read as
 // they are, no transposes; tiles of R queries × C key rows, R·C lanes.
 template <int R, int C, class D>
-HWY_NOINLINE void SummedScoresT(D d, const float* dyb, int64_t ldy, const float* vb, const AttentionDims& m,
+HWY_NOINLINE void SummedScoresT(D d, const float* dyb, int64_t ldy, const float* const* erows, const AttentionDims& m,
                               int64_t h0, int64_t c_begin, int64_t c_end, float* st, int64_t tqp) {
   // Key row kr's values (head h0 + kr / tk, row kr % tk), found once per call: a division per
   // row and tile was ~30% of this function's time (neighbor-sum, 16 lanes).
@@ -299,7 +299,7 @@ HWY_NOINLINE void SummedScoresT(D d, const float* dyb, int64_t ldy, const float*
   {
     int64_t h = h0 + c_begin / m.tk, j = c_begin % m.tk;
     for (int64_t kr = c_begin; kr < c_end; ++kr) {
-      vrow[kr - c_begin] = vb + j * m.dv + h * m.dvh;
+      vrow[kr - c_begin] = erows[j] + h * m.dvh;
       if (++j == m.tk) j = 0, ++h;
     }
   }
@@ -343,7 +343,7 @@ HWY_INLINE SummedTiles PlanSummedTiles(D d, int64_t tq, int64_t rows, int64_t nt
 }
 
 template <class D>
-HWY_INLINE void SummedScoresTiled(D d, int64_t r, const float* dyb, int64_t ldy, const float* vb,
+HWY_INLINE void SummedScoresTiled(D d, int64_t r, const float* dyb, int64_t ldy, const float* const* erows,
                                   const AttentionDims& m, int64_t h0, int64_t c_begin, int64_t c_end, float* st,
                                   int64_t tqp) {
   constexpr int K = static_cast<int>(hn::MaxLanes(D()));
@@ -351,7 +351,7 @@ HWY_INLINE void SummedScoresTiled(D d, int64_t r, const float* dyb, int64_t ldy,
   WithCount<16>(r, [&](auto rr) {
     constexpr int RR = decltype(rr)::value;
     if constexpr (RR <= K && K % RR == 0 && (RR & (RR - 1)) == 0)
-      SummedScoresT<RR, K / RR>(d, dyb, ldy, vb, m, h0, c_begin, c_end, st, tqp);
+      SummedScoresT<RR, K / RR>(d, dyb, ldy, erows, m, h0, c_begin, c_end, st, tqp);
   });
 }
 
@@ -388,11 +388,19 @@ HWY_NOINLINE void ShortBackward(DT dt, DH dhd, const float* q, const float* k, c
   const int64_t ldy = m.y_row();  // (sum_heads: every head reads the one dy)
   const int64_t b_first = p0 / m.heads, h_first_of_range = p0 % m.heads;
   int64_t b = b_first, h = h_first_of_range - 1;  // (stepped with p: no division per product)
+  const float* erows[kMaxKeys];  // batch entry b's value rows (all heads)
+  const float* ev = nullptr;     // and the same rows dv apart (a copy with v_ids; not when summed)
+  float* tile = summed || !m.v_ids ? nullptr : value_tile(m);
   for (int64_t p = p0; p < p1; ++p) {
+    const bool new_entry = p == p0 || h + 1 == m.heads;
     if (++h == m.heads) h = 0, ++b;
+    if (new_entry) {
+      for (int64_t l = 0; l < m.tk; ++l) erows[l] = m.value_row(v, b, l);
+      ev = summed ? nullptr : m.entry_values(v, b, tile);
+    }
     const float* qp = q + b * m.tq * m.d + h * m.dh;
     const float* kp = k + b * m.tk * m.d + h * m.dh;
-    const float* vp = v + b * m.tk * m.dv + h * m.dvh;
+    const float* vp = ev ? ev + h * m.dvh : nullptr;
     const float* dyp = dy + b * m.tq * ldy + h * m.y_head();
     // dPᵀ = V·dyᵀ; Pᵀ.
     float* st = x.st;
@@ -401,9 +409,8 @@ HWY_NOINLINE void ShortBackward(DT dt, DH dhd, const float* q, const float* k, c
       if (h == h_first) {
         const int64_t h_end = std::min<int64_t>(m.heads, h_first + (p1 - p)), rows = (h_end - h_first) * m.tk;
         if (rows != tiles_rows) tiles = PlanSummedTiles(dhd, m.tq, rows, N), tiles_rows = rows;
-        const float* vb = v + b * m.tk * m.dv;
-        SummedScoresTiled(dhd, tiles.r1, dyp, ldy, vb, m, h_first, 0, tiles.split, summed_st, tqp);
-        SummedScoresTiled(dhd, tiles.r2, dyp, ldy, vb, m, h_first, tiles.split, rows, summed_st, tqp);
+        SummedScoresTiled(dhd, tiles.r1, dyp, ldy, erows, m, h_first, 0, tiles.split, summed_st, tqp);
+        SummedScoresTiled(dhd, tiles.r2, dyp, ldy, erows, m, h_first, tiles.split, rows, summed_st, tqp);
       }
       st = summed_st + (h - h_first) * m.tk * tqp;
     } else {
@@ -474,7 +481,7 @@ HWY_NOINLINE void ShortValues(DH dhd, const float* probs, const float* v, float*
     const int64_t tt = m.tq * m.tk;
     for (int64_t b = p0 / m.heads; b < p1 / m.heads; ++b) {
       for (int64_t h = 0; h < m.heads; ++h)
-        for (int64_t l = 0; l < m.tk; ++l) vrows[h * m.tk + l] = v + (b * m.tk + l) * m.dv + h * m.dvh;
+        for (int64_t l = 0; l < m.tk; ++l) vrows[h * m.tk + l] = m.value_row(v, b, l) + h * m.dvh;
       float* yb = y + b * m.tq * ldy;
       for (int64_t i = 0; i < m.tq; ++i) yrows[i] = yb + i * ldy;
       SummedRows(dhd, m.tq, m.dvh / N, probs + b * m.heads * tt, tt, m.tk, m.heads, vrows,
@@ -485,8 +492,8 @@ HWY_NOINLINE void ShortValues(DH dhd, const float* probs, const float* v, float*
   for (int64_t p = p0; p < p1; ++p) {
     const int64_t b = p / m.heads, h = p % m.heads;
     float* yp = y + b * m.tq * ldy + h * m.y_head();
-    RowsTimesMatrix(dhd, m.tq, m.dvh / N, probs + p * m.tq * m.tk, m.tk, 1, m.tk, v + b * m.tk * m.dv + h * m.dvh,
-                    m.dv, yp, ldy, m.y_add(h));
+    RowsTimesMatrix(dhd, m.tq, m.dvh / N, probs + p * m.tq * m.tk, m.tk, 1, m.tk,
+                    m.entry_values(v, b, value_tile(m)) + h * m.dvh, m.dv, yp, ldy, m.y_add(h));
     if (!m.relu || !m.y_last(h)) continue;
     for (int64_t i = 0; i < m.tq; ++i)  // (dvh is whole vectors here)
       for (int64_t c = 0; c < m.dvh; c += N) {

@@ -34,12 +34,26 @@ struct AttentionDims {
   // sum (the rest of the table row's normalization cancels).
   const float* score_table = nullptr;
   int64_t table_rows = 0;
+  // Values from a table (training, Graph::index_attention_values; not with ids): v is a
+  // per-(token, position) table [V, tk, dv] and row l of batch entry b's values is its row
+  // v_ids[b·tk + l]·tk + l. q, k, y and every gradient keep their [B, T, ·] layout (dv too:
+  // its rows are those of the entries, summed into the table by the graph's next node).
+  const int32_t* v_ids = nullptr;
   int64_t table_row(int64_t b, int64_t t) const { return static_cast<int64_t>(ids[b * tq + t]) * tq + t; }
+  // Row l (all heads) of batch entry b's values in v.
+  const float* value_row(const float* v, int64_t b, int64_t l) const {
+    return v + (v_ids ? static_cast<int64_t>(v_ids[b * tk + l]) * tk + l : b * tk + l) * dv;
+  }
+  // Batch entry b's value rows, dv apart: v's own, or with v_ids copied into tile (tk·dv floats).
+  const float* entry_values(const float* v, int64_t b, float* tile) const;
   int64_t y_row() const { return sum_heads ? dvh : dv; }       // y's row width
   int64_t y_head() const { return sum_heads ? 0 : dvh; }       // head h's columns start at h·y_head()
   bool y_add(int64_t h) const { return accumulate || (sum_heads && h > 0); }
   bool y_last(int64_t h) const { return !sum_heads || h == heads - 1; }
 };
+
+// A thread's tile for AttentionDims::entry_values (tk·dv floats with v_ids), grown once.
+float* value_tile(const AttentionDims& m);
 
 // The forward's scale, and which of its scores were forbidden.
 struct AttentionMasking {

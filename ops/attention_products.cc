@@ -11,6 +11,21 @@
 
 namespace attnkit {
 
+const float* AttentionDims::entry_values(const float* v, int64_t b, float* tile) const {
+  if (!v_ids) return v + b * tk * dv;
+  for (int64_t l = 0; l < tk; ++l) std::copy_n(value_row(v, b, l), dv, tile + l * dv);
+  return tile;
+}
+
+// A thread's tile for AttentionDims::entry_values, grown once (no allocation per step after
+// it). The head-summed short path reads the table's rows in place and never asks for one.
+float* value_tile(const AttentionDims& m) {
+  thread_local std::vector<float> tile;
+  const size_t need = static_cast<size_t>(m.v_ids ? m.tk * m.dv : 0);
+  if (tile.size() < need) tile.resize(need);
+  return tile.data();
+}
+
 namespace {
 // One thread's slice for the GEMM path's per-product calls, in the precision m asks for.
 Slice bf16_slice(const AttentionDims& m) {
@@ -45,8 +60,8 @@ void for_each_mask_run(const AttentionDims& m, const AttentionMasking& mk, int64
 void values_gemm(const float* probs, const float* v, float* y, const AttentionDims& m, int64_t p) {
   const int64_t b = p / m.heads, h = p % m.heads, ldy = m.y_row();
   float* yp = y + b * m.tq * ldy + h * m.y_head();
-  sgemm_slice(false, false, m.tq, m.dvh, m.tk, 1.0f, probs + p * m.tq * m.tk, m.tk, v + b * m.tk * m.dv + h * m.dvh,
-              m.dv, m.y_add(h) ? 1.0f : 0.0f, yp, ldy, bf16_slice(m));
+  sgemm_slice(false, false, m.tq, m.dvh, m.tk, 1.0f, probs + p * m.tq * m.tk, m.tk,
+              m.entry_values(v, b, value_tile(m)) + h * m.dvh, m.dv, m.y_add(h) ? 1.0f : 0.0f, yp, ldy, bf16_slice(m));
   if (m.relu && m.y_last(h))
     for (int64_t i = 0; i < m.tq; ++i) relu_forward(yp + i * ldy, yp + i * ldy, m.dvh);
 }
@@ -138,7 +153,7 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
     float* dS = dprobs + p * tt;
     // dP = dy·Vᵀ + the weights' own gradient.
     if (dy)
-      sgemm_slice(false, true, m.tq, m.tk, m.dvh, 1.0f, dy_p, ldy, v + b * m.tk * m.dv + h * m.dvh,
+      sgemm_slice(false, true, m.tq, m.tk, m.dvh, 1.0f, dy_p, ldy, m.entry_values(v, b, value_tile(m)) + h * m.dvh,
                   m.dv, 0.0f, dS, m.tk, bf16_slice(m));
     if (dweights) axpy(1.0f, dweights + p * tt, dS, tt, /*accumulate=*/dy != nullptr, Slice{});
     if (dv && dy)

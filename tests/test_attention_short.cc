@@ -386,6 +386,64 @@ TEST_CASE("attention forward sums heads of values wider than the query heads wit
   });
 }
 
+// Values read from a per-(token, position) table (AttentionDims::v_ids, the training graph's
+// Graph::index_attention_values): the forward's outputs and the backward's gradients have the
+// bits of the same rows materialized, on the short path and outside it, summed heads or not,
+// on every target.
+TEST_CASE("attention values from a per-(token, position) table give the materialized rows' bits") {
+  test::for_each_simd_target([](const std::string&) {
+    Rng rng(17);
+    const Case cases[] = {
+        {4, 2, 10, 10, 16, 128, 0},  // neighbor-sum folded
+        {3, 1, 10, 10, 32, 32, 1},   // one head, padding mask
+        {3, 4, 10, 10, 16, 40, 2},   // causal
+        {2, 3, 10, 10, 8, 200, 0},   // too wide for the short path
+        {2, 2, 20, 20, 16, 48, 3},   // more keys than the short path takes
+    };
+    const int64_t vocab = 3;
+    for (const Case& c : cases)
+      for (bool summed : {true, false}) {
+        INFO("b " << c.b << " h " << c.h << " tk " << c.tk << " dh " << c.dh << " dvh " << c.dvh << " mask " << c.mask
+                  << (summed ? " summed" : ""));
+        Data x = make(c, rng);
+        x.m.sum_heads = summed;
+        const int64_t dv = x.m.dv, tk = c.tk;
+        // The table [vocab, tk, dv], the ids, and the rows they give.
+        std::vector<float> table(static_cast<size_t>(vocab * tk * dv));
+        for (auto& e : table) e = static_cast<float>(rng.normal());
+        std::vector<int32_t> ids(static_cast<size_t>(c.b * tk));
+        for (auto& e : ids) e = static_cast<int32_t>(rng.below(vocab));
+        for (int64_t b = 0; b < c.b; ++b)
+          for (int64_t l = 0; l < tk; ++l)
+            std::copy_n(table.data() + (ids[size_t(b * tk + l)] * tk + l) * dv, dv, x.v.data() + (b * tk + l) * dv);
+        if (summed) x.dy.resize(static_cast<size_t>(c.b * c.tq * c.dvh));
+        const bool causal = (c.mask & 2) != 0;
+        const float scale = 1.0f / std::sqrt(static_cast<float>(c.dh));
+        const AttentionMasking mk{scale, x.mask.empty() ? nullptr : x.mask.data(), causal};
+        const int64_t products = c.b * c.h, width = summed ? c.dvh : dv;
+        AttentionDims mt = x.m;
+        mt.v_ids = ids.data();
+        // Forward, rows and table.
+        std::vector<float> y0(static_cast<size_t>(c.b * c.tq * width)), y1 = y0;
+        std::vector<float> p0(static_cast<size_t>(products * c.tq * tk)), p1 = p0;
+        attention_forward(x.q.data(), x.k.data(), x.v.data(), p0.data(), y0.data(), x.m, mk, 0, products);
+        attention_forward(x.q.data(), x.k.data(), table.data(), p1.data(), y1.data(), mt, mk, 0, products);
+        REQUIRE(std::memcmp(p0.data(), p1.data(), p0.size() * 4) == 0);
+        REQUIRE(std::memcmp(y0.data(), y1.data(), y0.size() * 4) == 0);
+        // Backward: dv is the rows' gradient either way.
+        std::vector<float> dq0(x.q.size()), dk0(x.k.size()), dv0(x.v.size()), dq1 = dq0, dk1 = dk0, dv1 = dv0;
+        std::vector<float> dprobs(p0.size());
+        attention_backward(x.q.data(), x.k.data(), x.v.data(), p0.data(), x.dy.data(), nullptr, dprobs.data(),
+                           dq0.data(), dk0.data(), dv0.data(), false, false, false, x.m, mk, 0, products);
+        attention_backward(x.q.data(), x.k.data(), table.data(), p0.data(), x.dy.data(), nullptr, dprobs.data(),
+                           dq1.data(), dk1.data(), dv1.data(), false, false, false, mt, mk, 0, products);
+        REQUIRE(std::memcmp(dq0.data(), dq1.data(), dq0.size() * 4) == 0);
+        REQUIRE(std::memcmp(dk0.data(), dk1.data(), dk0.size() * 4) == 0);
+        REQUIRE(std::memcmp(dv0.data(), dv1.data(), dv0.size() * 4) == 0);
+      }
+  });
+}
+
 // Batch entries as lanes (attention_work's units): a batch of two whole groups of lanes and a
 // ragged rest, its units split across two ranges at several points, must give the bits of the
 // product-by-product short path, and the double reference's values.
