@@ -237,6 +237,8 @@ class Graph {
   // instead (attrs.v_indexed): the [B, T, Dv] rows are never written (neighbor-sum's folded
   // values: 655 KB a step), and their gradient goes to the V·T table rows.
   void index_attention_values(TensorId loss);
+  // Moves the nodes appended since first_new to just before node i; returns how many.
+  size_t move_new_nodes_before(size_t first_new, size_t i);
   void fold_lookup_addends();
   void fuse_residual_relu();
   // - relu(y + r) (or y + r) with y a folded attention's output (sum_heads, or one head) and r

@@ -152,9 +152,19 @@ void Graph::fold_attention_values() {
   }
 }
 
+// Per-(token, position) tables read inside an attention's kernels (index_attention_values,
+// index_attention_lookups): sequences the kernels' short path takes, tables of at most 1 MB.
+constexpr int64_t kMaxTablePositions = 16;
+constexpr int64_t kMaxTableBytes = int64_t{1} << 20;
+
+size_t Graph::move_new_nodes_before(size_t first_new, size_t i) {
+  std::vector<Node> added(nodes_.begin() + static_cast<std::ptrdiff_t>(first_new), nodes_.end());
+  nodes_.resize(first_new);
+  nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(i), added.begin(), added.end());
+  return added.size();
+}
+
 void Graph::index_attention_values(TensorId loss) {
-  constexpr int64_t kMaxPositions = 16;              // the kernels' short path
-  constexpr int64_t kMaxTableBytes = int64_t{1} << 20;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     // Head-summed attentions (fold_attention_values with several heads): their kernels read the
     // value rows through pointers, so the table costs nothing there (one head's kernels would
@@ -173,7 +183,7 @@ void Graph::index_attention_values(TensorId loss) {
     if (table.batched || table.shape.rank != 2 || ids.dtype != DType::kI32 || !ids.batched || ids.shape.rank != 2)
       continue;
     const int64_t t = ids.shape[1], vocab = table.shape[0];
-    if (t > kMaxPositions || vd.shape.rank != 3 || tensor(att.in[1]).shape[1] != t) continue;
+    if (t > kMaxTablePositions || vd.shape.rank != 3 || tensor(att.in[1]).shape[1] != t) continue;
     if (lookup.in[2] != kNoTensor && tensor(lookup.in[2]).batched) continue;
     // A small table (neighbor-sum's: 10·10 rows of 256, 100 KB): not against the batch, so that
     // a graph's nodes, hence its bits, do not depend on the batch it was planned for.
@@ -184,11 +194,8 @@ void Graph::index_attention_values(TensorId loss) {
     Node ix = att;
     ix.in = {att.in[0], att.in[1], values, att.in[3], lookup.in[1]};
     ix.attrs.v_indexed = true;
-    std::vector<Node> added(nodes_.begin() + static_cast<std::ptrdiff_t>(first_new), nodes_.end());
-    nodes_.resize(first_new);
+    i += move_new_nodes_before(first_new, i);
     nodes_[i] = std::move(ix);
-    nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(i), added.begin(), added.end());
-    i += added.size();
     forward_nodes_ = nodes_.size();
   }
 }
@@ -296,13 +303,11 @@ void Graph::fuse_attention_addends(TensorId loss) {
 }
 
 void Graph::index_attention_lookups() {
-  constexpr int64_t kMaxTableBytes = int64_t{1} << 20;  // all four tables of one attention
-  constexpr int64_t kMaxPositions = 16;                  // the kernels' short path
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (nodes_[i].op != OpKind::kAttention || nodes_[i].attrs.indexed || nodes_[i].in.size() != 4) continue;
     const Node att = nodes_[i];  // a copy: apply() appends nodes
     const TensorDesc& qd = tensor(att.in[0]);
-    if (qd.shape.rank != 3 || qd.shape[1] > kMaxPositions || tensor(att.in[1]).shape[1] != qd.shape[1]) continue;
+    if (qd.shape.rank != 3 || qd.shape[1] > kMaxTablePositions || tensor(att.in[1]).shape[1] != qd.shape[1]) continue;
     const int64_t t = qd.shape[1];
     // q, k, v, and the output's starting value: lookups table[ids] (+ pos) of the same ids.
     int64_t at[4] = {-1, -1, -1, -1};
@@ -332,7 +337,7 @@ void Graph::index_attention_lookups() {
           if (o == att.out[0]) at[3] = static_cast<int64_t>(j);
       ok = usable(at[3]) && nodes_[static_cast<size_t>(at[3])].out.size() == 1;
     }
-    if (!ok || bytes > kMaxTableBytes) continue;
+    if (!ok || bytes > kMaxTableBytes) continue;  // (all four tables of one attention)
     const size_t first_new = nodes_.size();
     const TensorId rows = pair_rows(vocab, t).id();
     TensorId tables[4] = {kNoTensor, kNoTensor, kNoTensor, kNoTensor};
@@ -358,17 +363,15 @@ void Graph::index_attention_lookups() {
     ix.in = {tables[0], tables[1], tables[2], att.in[3], ids, tables[3], scores};
     ix.attrs.indexed = true;
     ix.accumulate &= ~1u;
-    std::vector<Node> added(nodes_.begin() + static_cast<std::ptrdiff_t>(first_new), nodes_.end());
-    nodes_.resize(first_new);
-    nodes_[i] = std::move(ix);
-    nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(i), added.begin(), added.end());
+    const size_t added = move_new_nodes_before(first_new, i);
+    nodes_[i + added] = std::move(ix);
     std::vector<int64_t> gone;
     for (int64_t p : at)
       if (p >= 0) gone.push_back(p);
     std::sort(gone.begin(), gone.end());
     gone.erase(std::unique(gone.begin(), gone.end()), gone.end());
     for (size_t g = gone.size(); g-- > 0;) nodes_.erase(nodes_.begin() + gone[g]);
-    i = i + added.size() - gone.size();
+    i = i + added - gone.size();
     forward_nodes_ = nodes_.size();
   }
 }

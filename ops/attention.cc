@@ -394,9 +394,10 @@ HWY_NOINLINE void ShortBackward(DT dt, DH dhd, const float* q, const float* k, c
   for (int64_t p = p0; p < p1; ++p) {
     const bool new_entry = p == p0 || h + 1 == m.heads;
     if (++h == m.heads) h = 0, ++b;
-    if (new_entry) {
+    if (new_entry && summed) {
       for (int64_t l = 0; l < m.tk; ++l) erows[l] = m.value_row(v, b, l);
-      ev = summed ? nullptr : m.entry_values(v, b, tile);
+    } else if (new_entry) {
+      ev = m.entry_values(v, b, tile);
     }
     const float* qp = q + b * m.tq * m.d + h * m.dh;
     const float* kp = k + b * m.tk * m.d + h * m.dh;

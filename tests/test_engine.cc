@@ -34,6 +34,17 @@ void load(Executor& ex, const Model& m, const std::vector<int32_t>& ids, const s
   std::memcpy(ex.i32(m.targets.id()), targets.data(), targets.size() * 4);
 }
 
+// Every element of got within rel × the largest |want| of want's.
+void require_grads_close(const std::vector<float>& got, const std::vector<float>& want, float rel) {
+  float scale = 0;
+  for (float v : want) scale = std::max(scale, std::abs(v));
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("gradient element " << i);
+    REQUIRE(std::abs(got[i] - want[i]) <= rel * scale);
+  }
+}
+
 std::vector<ModelConfig> configs_under_test() {
   std::vector<ModelConfig> cs = {lesson_config("neighbor-sum"), lesson_config("duplicates"),
                                  lesson_config("reversal")};
@@ -139,12 +150,7 @@ TEST_CASE("projections of embedding lookups are folded into the tables: same los
       grads[fold].assign(ex.grads(), ex.grads() + ex.param_count());
     }
     REQUIRE(loss[1] == Approx(loss[0]).epsilon(1e-5));
-    float scale = 0;
-    for (float v : grads[0]) scale = std::max(scale, std::abs(v));
-    for (size_t i = 0; i < grads[0].size(); ++i) {
-      INFO("gradient element " << i);
-      REQUIRE(std::abs(grads[1][i] - grads[0][i]) <= 1e-5f * scale);
-    }
+    require_grads_close(grads[1], grads[0], 1e-5f);
   }
   // The lookup sum h = tok(ids) + pos(t) is folded into every projection that used it, so
   // its node is gone: reading it is an error that names it; kept tensors stay readable.
@@ -194,12 +200,7 @@ TEST_CASE("attention values read from a per-(token, position) table: same loss a
       grads[run].assign(ex.grads(), ex.grads() + ex.param_count());
     }
     REQUIRE(loss[1] == Approx(loss[0]).epsilon(1e-6));
-    float scale = 0;
-    for (float v : grads[0]) scale = std::max(scale, std::abs(v));
-    for (size_t i = 0; i < grads[0].size(); ++i) {
-      INFO("gradient element " << i);
-      REQUIRE(std::abs(grads[1][i] - grads[0][i]) <= 1e-6f * scale);
-    }
+    require_grads_close(grads[1], grads[0], 1e-6f);
     // The thread count changes no bit.
     REQUIRE(loss[2] == loss[1]);
     REQUIRE(std::memcmp(grads[2].data(), grads[1].data(), grads[1].size() * sizeof(float)) == 0);
