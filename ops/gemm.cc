@@ -23,6 +23,24 @@ void GemmBlockTarget(const gemm_detail::GemmArgs& g, int64_t i0, int64_t i1, int
   GemmBlock(g, i0, i1, j0, j1);
 }
 
+// One whole small product (sgemm_slice's per-call path): the small path's layers inlined into
+// one function, whose only calls are to the kernel.
+#if ATTNKIT_HAVE_SMALL_GEMM
+__attribute__((noinline, flatten)) void GemmSmallWhole(const gemm_detail::GemmArgs& g) {
+  GemmSmall(g, 0, g.m, 0, g.n);
+}
+#endif
+void GemmSmallProductTarget(const gemm_detail::GemmArgs& g) {
+#if ATTNKIT_HAVE_SMALL_GEMM
+  if (!gemm_detail::use_packed_path(g.m, g.n, g.k, g.trans_b) &&
+      !gemm_detail::use_short_k_path(g.m, g.n, g.k) && UseSmallPath(g, 0, g.m, 0, g.n)) {
+    GemmSmallWhole(g);
+    return;
+  }
+#endif
+  GemmBlock(g, 0, g.m, 0, g.n);
+}
+
 void GemmPackedDynamicTarget(const gemm_detail::GemmArgs& g, std::atomic<int64_t>* next,
                              int64_t task_rows) {
   GemmPackedDynamic(g, next, task_rows);
@@ -55,6 +73,7 @@ HWY_AFTER_NAMESPACE();
 namespace attnkit {
 HWY_EXPORT(GemmProductsTarget);
 HWY_EXPORT(GemmBlockTarget);
+HWY_EXPORT(GemmSmallProductTarget);
 HWY_EXPORT(GemmPackedDynamicTarget);
 HWY_EXPORT(GemmRowsDynamicTarget);
 HWY_EXPORT(EpilogueTarget);
@@ -246,7 +265,7 @@ void sgemm_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
     g.m = m, g.n = n, g.k = k;
     g.alpha = alpha, g.beta = beta;
     g.a = a, g.lda = lda, g.b = b, g.ldb = ldb, g.c = c, g.ldc = ldc;
-    HWY_DYNAMIC_DISPATCH(GemmBlockTarget)(g, 0, m, 0, n);
+    HWY_DYNAMIC_DISPATCH(GemmSmallProductTarget)(g);
     return;
   }
   sgemm_bias_slice(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, nullptr, s);

@@ -2,7 +2,7 @@
 // C block is at most a few rows by at most two vectors (the attention products of the lesson
 // models, T × T × dh and T × dh × T at T <= 16, dh <= 32), computed with the whole row tile of
 // C in registers, the ragged last vector under lane masks, and op(B) of a transposed B
-// transposed 8 × 8 in registers (no panel in memory). AVX-512 only (masked loads and stores
+// transposed 8 k-steps at a time in registers (no panel in memory). AVX-512 only (masked loads and stores
 // are single fast instructions there); the other targets keep the direct path.
 //
 // Each element is the same FMA chain over k in increasing order, from zero, and the same
@@ -182,8 +182,10 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t i, int64_t j, int64_
 }
 
 // SmallTileNN for a transposed B (op(B)(kk, j) = b[j·ldb + kk], one vector of columns): each
-// chunk of 8 k-steps of the cols rows of B is transposed in 256-bit registers into the 8
-// vectors of op(B) rows it holds.
+// chunk of 8 k-steps of the cols rows of B is transposed in registers into the 8 vectors of
+// op(B) rows it holds (8 × 8 for 8 lanes; for 16, both halves at once in 512-bit vectors:
+// Transpose16x8 and 4 inserts, 3.5 shuffles per k-step where 8 × 8, 4 × 8 and Combine took 5.5
+// at T = 10).
 template <class D, int R, bool kTransA>
 HWY_INLINE void SmallTileNT(D d, const GemmArgs& g, int64_t i, int64_t j, int64_t cols) {
   using V = hn::Vec<D>;
@@ -205,22 +207,23 @@ HWY_INLINE void SmallTileNT(D d, const GemmArgs& g, int64_t i, int64_t j, int64_
     V bt[8];  // bt[c]: row k0 + c of op(B)
     {
       const auto km = hn::FirstN(d8, static_cast<size_t>(kc));
-      V8 in[8], out0[8];
-      for (int q = 0; q < 8; ++q) in[q] = hn::MaskedLoad(km, d8, rows[q] + k0);
-      Transpose8x8(in, out0);
       if constexpr (kBlocks == 2) {
-        V8 out1[8];
-        if (cols <= 12) {  // at most 4 rows of B in the upper half (T = 10: 2)
-          V8 in4[4];
-          for (int q = 0; q < 4; ++q) in4[q] = hn::MaskedLoad(km, d8, rows[8 + q] + k0);
-          Transpose4x8(in4, out1);
+        // Rows q and 4 + q in the halves of in[q], then rows 8 + q and 12 + q (Transpose16x8's
+        // layout); rows 12..15 only when there are more than 12 (T = 10: the halves stay zero).
+        V in[8];
+        for (int q = 0; q < 4; ++q)
+          in[q] = hn::Combine(d, hn::MaskedLoad(km, d8, rows[4 + q] + k0), hn::MaskedLoad(km, d8, rows[q] + k0));
+        if (cols <= 12) {
+          for (int q = 0; q < 4; ++q) in[4 + q] = hn::ZeroExtendVector(d, hn::MaskedLoad(km, d8, rows[8 + q] + k0));
         } else {
-          for (int q = 0; q < 8; ++q) in[q] = hn::MaskedLoad(km, d8, rows[8 + q] + k0);
-          Transpose8x8(in, out1);
+          for (int q = 0; q < 4; ++q)
+            in[4 + q] = hn::Combine(d, hn::MaskedLoad(km, d8, rows[12 + q] + k0), hn::MaskedLoad(km, d8, rows[8 + q] + k0));
         }
-        for (int c = 0; c < 8; ++c) bt[c] = hn::Combine(d, out1[c], out0[c]);
+        Transpose16x8(in, bt);
       } else {
-        for (int c = 0; c < 8; ++c) bt[c] = out0[c];
+        V8 in[8];
+        for (int q = 0; q < 8; ++q) in[q] = hn::MaskedLoad(km, d8, rows[q] + k0);
+        Transpose8x8(in, bt);
       }
     }
 #pragma GCC unroll 8

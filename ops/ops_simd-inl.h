@@ -186,21 +186,36 @@ HWY_INLINE void Transpose8x8(const V8 (&r)[8], V8 (&out)[8]) {
   }
 }
 
-// out[c] lanes 0..3 = r[0..3][c] for c < 8 (lanes 4..7 hold other elements of r): the
-// transposition of 4 rows of 8 in 12 shuffles where Transpose8x8 of padded rows takes 24.
-HWY_INLINE void Transpose4x8(const V8 (&r)[4], V8 (&out)[8]) {
-  const hn::Full256<float> d;
+#if HWY_TARGET <= HWY_AVX3
+// Two 8 × 8 transposes at once in 512-bit vectors, laid out so that a 16-row block comes out one
+// row per lane: r[q] holds k = 0..7 of rows q (lanes 0..7) and 4 + q (lanes 8..15) for q < 4, of
+// rows 4 + q and 8 + q for q >= 4; out[c] lane l = row l, k = c. Per-128-bit unpacks as in
+// Transpose8x8, then one 128-bit block shuffle per output (whose block order the row layout of
+// r undoes): 24 shuffles where two Transpose8x8 and their Combine take 56.
+HWY_INLINE void Transpose16x8(const hn::Vec<hn::Full512<float>> (&r)[8], hn::Vec<hn::Full512<float>> (&out)[8]) {
+  const hn::Full512<float> d;
   const hn::Repartition<double, decltype(d)> dd;
-  const auto t0 = hn::BitCast(dd, hn::InterleaveLower(d, r[0], r[1]));  // c = 0, 1 | 4, 5 of rows 0, 1
-  const auto t1 = hn::BitCast(dd, hn::InterleaveUpper(d, r[0], r[1]));  // c = 2, 3 | 6, 7
-  const auto t2 = hn::BitCast(dd, hn::InterleaveLower(d, r[2], r[3]));
-  const auto t3 = hn::BitCast(dd, hn::InterleaveUpper(d, r[2], r[3]));
-  out[0] = hn::BitCast(d, hn::InterleaveLower(dd, t0, t2));  // c and c + 4 in the two halves
-  out[1] = hn::BitCast(d, hn::InterleaveUpper(dd, t0, t2));
-  out[2] = hn::BitCast(d, hn::InterleaveLower(dd, t1, t3));
-  out[3] = hn::BitCast(d, hn::InterleaveUpper(dd, t1, t3));
-  for (int c = 0; c < 4; ++c) out[c + 4] = hn::ConcatUpperUpper(d, out[c], out[c]);
+  using V = hn::Vec<decltype(d)>;
+  V t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = hn::InterleaveLower(d, r[i], r[i + 1]);
+    t[i + 1] = hn::InterleaveUpper(d, r[i], r[i + 1]);
+  }
+  for (int h = 0; h < 8; h += 4) {
+    for (int i = 0; i < 2; ++i) {
+      const auto a = hn::BitCast(dd, t[h + i]), b = hn::BitCast(dd, t[h + 2 + i]);
+      u[h + 2 * i] = hn::BitCast(d, hn::InterleaveLower(dd, a, b));
+      u[h + 2 * i + 1] = hn::BitCast(d, hn::InterleaveUpper(dd, a, b));
+    }
+  }
+  // u[c] blocks: (k = c, rows of r[0..3] lower), (k = c + 4, same), (k = c, upper), (k = c + 4,
+  // upper); u[4 + c] likewise for r[4..7]. out[c] = blocks 0, 2 of u[c], then of u[4 + c].
+  for (int c = 0; c < 4; ++c) {
+    out[c] = V{_mm512_shuffle_f32x4(u[c].raw, u[4 + c].raw, _MM_SHUFFLE(2, 0, 2, 0))};
+    out[c + 4] = V{_mm512_shuffle_f32x4(u[c].raw, u[4 + c].raw, _MM_SHUFFLE(3, 1, 3, 1))};
+  }
 }
+#endif
 
 HWY_INLINE void TransposeBlock8x8(const float* HWY_RESTRICT src, int64_t lds,
                                   float* HWY_RESTRICT dst, int64_t ldd) {
