@@ -56,6 +56,11 @@ HWY_INLINE bool UseSmallPath(const GemmArgs& g, int64_t i0, int64_t i1, int64_t 
 // row i and columns from j (EpilogueLanes); every lane when !kMasked. The vectors come by
 // value: an accumulator array whose address a store helper took would be spilled to the stack
 // on every k step.
+// FirstCombine, and kCopy for alpha = 1 with C not read (the attention products').
+inline Combine SmallCombine(const GemmArgs& g) {
+  return g.beta == 0.0f && g.alpha == 1.0f ? Combine::kCopy : FirstCombine(g.beta);
+}
+
 template <bool kMasked, bool kBias, bool kEpilogue, class D>
 HWY_INLINE void SmallStoreVec(D d, hn::Vec<D> acc, hn::Vec<D> va, hn::Vec<D> vb, Combine combine,
                               hn::Mask<D> m, hn::Vec<D> bias, const GemmArgs& g, int64_t i, int64_t j,
@@ -63,6 +68,8 @@ HWY_INLINE void SmallStoreVec(D d, hn::Vec<D> acc, hn::Vec<D> va, hn::Vec<D> vb,
   hn::Vec<D> v;
   if (combine == Combine::kOverwrite) {  // C is not read
     v = kBias ? hn::MulAdd(acc, va, bias) : hn::Mul(acc, va);
+  } else if (combine == Combine::kCopy) {  // alpha = 1, C not read: the same bits without the
+    v = kBias ? hn::Add(acc, bias) : acc;  // multiply (fma(acc, 1, bias) rounds acc + bias once)
   } else {
     const hn::Vec<D> old = kMasked ? hn::MaskedLoad(m, d, p) : hn::LoadU(d, p);
     v = combine == Combine::kAdd ? hn::MulAdd(acc, va, old) : hn::MulAdd(acc, va, hn::Mul(vb, old));
@@ -141,7 +148,7 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t i, int64_t j, int64_
     b += ldb;
   }
   const V va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
-  const Combine combine = FirstCombine(g.beta);
+  const Combine combine = SmallCombine(g);
   // ldc in a local: read through g after every store of C (which might alias it), it was
   // reloaded 24 times per tile.
   const int64_t ldc = g.ldc;
@@ -198,7 +205,7 @@ HWY_INLINE void SmallTileNT(D d, const GemmArgs& g, const ProductSpan& span, int
   int64_t row_offset[8 * kBlocks];
   for (int q = 0; q < 8 * kBlocks; ++q) row_offset[q] = std::min<int64_t>(q, cols - 1) * ldb;
   const V va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
-  const Combine combine = FirstCombine(g.beta);
+  const Combine combine = SmallCombine(g);
   // Every product of the span with the setup above done once (as SmallTileNN).
   const float* const a0 = g.a + (kTransA ? i : i * lda);
   const float* const b0 = g.b + j * ldb;

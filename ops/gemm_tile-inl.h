@@ -133,7 +133,9 @@ HWY_INLINE VF LoadFirst(DF d, const float* HWY_RESTRICT p, size_t count) {
 }
 
 // How the write-back combines the accumulator with what C holds.
-enum class Combine { kOverwrite, kAdd, kScale };  // alpha·acc, +C, +beta·C
+// kCopy: alpha = 1 and C not read (only the small path's stores take it; FirstCombine never
+// returns it).
+enum class Combine { kOverwrite, kAdd, kScale, kCopy };  // alpha·acc, +C, +beta·C, acc
 
 // Accumulates an R × NV-vector tile of A·B over k into acc: A(r, kk) = a[r·ar + kk·ak], vector
 // v of row kk of B at b_v + kk·ldb. The two B vectors need not be adjacent: a ragged last tile
