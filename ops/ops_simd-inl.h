@@ -164,11 +164,14 @@ HWY_INLINE void ForEachBlockOf8(int64_t cols, const F& f) {
 // 8 short rows move between row-major and one-row-per-lane layouts through these.
 using V8 = hn::Vec<hn::Full256<float>>;
 
-// out[c] = lane c of each of the 8 vectors in r (an 8 × 8 transpose in registers).
-HWY_INLINE void Transpose8x8(const V8 (&r)[8], V8 (&out)[8]) {
-  const hn::Full256<float> d;
-  const hn::Repartition<double, decltype(d)> dd;
-  V8 t[8], u[8];
+// The two in-block steps of an 8 × 8 transpose, for vectors of any width whose 256-bit halves
+// are independent 8 × 8 blocks: afterwards u[c] (c < 4) holds lane c of rows 0..3 of r in its
+// even 128-bit blocks and lane c + 4 in its odd ones, u[4 + c] the same of rows 4..7.
+// Transpose8x8 and Transpose16x8 differ only in the block moves after these.
+template <class D>
+HWY_INLINE void TransposeWithinBlocks(D d, const hn::Vec<D> (&r)[8], hn::Vec<D> (&u)[8]) {
+  const hn::Repartition<double, D> dd;
+  hn::Vec<D> t[8];
   for (int i = 0; i < 8; i += 2) {
     t[i] = hn::InterleaveLower(d, r[i], r[i + 1]);
     t[i + 1] = hn::InterleaveUpper(d, r[i], r[i + 1]);
@@ -180,6 +183,13 @@ HWY_INLINE void Transpose8x8(const V8 (&r)[8], V8 (&out)[8]) {
       u[h + 2 * i + 1] = hn::BitCast(d, hn::InterleaveUpper(dd, a, b));
     }
   }
+}
+
+// out[c] = lane c of each of the 8 vectors in r (an 8 × 8 transpose in registers).
+HWY_INLINE void Transpose8x8(const V8 (&r)[8], V8 (&out)[8]) {
+  const hn::Full256<float> d;
+  V8 u[8];
+  TransposeWithinBlocks(d, r, u);
   for (int c = 0; c < 4; ++c) {
     out[c] = hn::ConcatLowerLower(d, u[4 + c], u[c]);
     out[c + 4] = hn::ConcatUpperUpper(d, u[4 + c], u[c]);
@@ -194,20 +204,9 @@ HWY_INLINE void Transpose8x8(const V8 (&r)[8], V8 (&out)[8]) {
 // r undoes): 24 shuffles where two Transpose8x8 and their Combine take 56.
 HWY_INLINE void Transpose16x8(const hn::Vec<hn::Full512<float>> (&r)[8], hn::Vec<hn::Full512<float>> (&out)[8]) {
   const hn::Full512<float> d;
-  const hn::Repartition<double, decltype(d)> dd;
   using V = hn::Vec<decltype(d)>;
-  V t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = hn::InterleaveLower(d, r[i], r[i + 1]);
-    t[i + 1] = hn::InterleaveUpper(d, r[i], r[i + 1]);
-  }
-  for (int h = 0; h < 8; h += 4) {
-    for (int i = 0; i < 2; ++i) {
-      const auto a = hn::BitCast(dd, t[h + i]), b = hn::BitCast(dd, t[h + 2 + i]);
-      u[h + 2 * i] = hn::BitCast(d, hn::InterleaveLower(dd, a, b));
-      u[h + 2 * i + 1] = hn::BitCast(d, hn::InterleaveUpper(dd, a, b));
-    }
-  }
+  V u[8];
+  TransposeWithinBlocks(d, r, u);
   // u[c] blocks: (k = c, rows of r[0..3] lower), (k = c + 4, same), (k = c, upper), (k = c + 4,
   // upper); u[4 + c] likewise for r[4..7]. out[c] = blocks 0, 2 of u[c], then of u[4 + c].
   for (int c = 0; c < 4; ++c) {
