@@ -32,8 +32,7 @@ __attribute__((noinline, flatten)) void GemmSmallWhole(const gemm_detail::GemmAr
 #endif
 void GemmSmallProductTarget(const gemm_detail::GemmArgs& g) {
 #if ATTNKIT_HAVE_SMALL_GEMM
-  if (!gemm_detail::use_packed_path(g.m, g.n, g.k, g.trans_b) &&
-      !gemm_detail::use_short_k_path(g.m, g.n, g.k) && UseSmallPath(g, 0, g.m, 0, g.n)) {
+  if (TakesSmallPath(g, 0, g.m, 0, g.n)) {
     GemmSmallWhole(g);
     return;
   }

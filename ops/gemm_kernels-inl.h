@@ -93,6 +93,14 @@ inline void GemmBlockNotSmall(const GemmArgs& g, int64_t i0, int64_t i1, int64_t
   if (g.has_epilogue() && !fused) Epilogue(g, i0, i1, j0, j1);  // the block is this call's, done
 }
 
+// Whether GemmBlock sends block [i0, i1) × [j0, j1) of g to the small path (AVX-512 only).
+#if ATTNKIT_HAVE_SMALL_GEMM
+inline bool TakesSmallPath(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  return !gemm_detail::use_packed_path(g.m, g.n, g.k, g.trans_b) && !gemm_detail::use_short_k_path(g.m, g.n, g.k) &&
+         UseSmallPath(g, i0, i1, j0, j1);
+}
+#endif
+
 // C[i0..i1, j0..j1] of every product of span (one product by default), on the path the whole
 // product's shape selects. The small path takes the whole span in one call (the path and its
 // tiles chosen once: per product, that choice was a quarter of a 10 × 16 × 10 product).
@@ -100,8 +108,7 @@ inline void GemmBlock(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int
                       const ProductSpan& span = ProductSpan{}) {
   if (i0 >= i1 || j0 >= j1) return;
 #if ATTNKIT_HAVE_SMALL_GEMM
-  if (!gemm_detail::use_packed_path(g.m, g.n, g.k, g.trans_b) && !gemm_detail::use_short_k_path(g.m, g.n, g.k) &&
-      UseSmallPath(g, i0, i1, j0, j1)) {
+  if (TakesSmallPath(g, i0, i1, j0, j1)) {
     GemmSmall(g, i0, i1, j0, j1, span);  // (takes an epilogue only where it fuses it)
     return;
   }

@@ -2,8 +2,8 @@
 // C block is at most a few rows by at most two vectors (the attention products of the lesson
 // models, T × T × dh and T × dh × T at T <= 16, dh <= 32), computed with the whole row tile of
 // C in registers, the ragged last vector under lane masks, and op(B) of a transposed B
-// transposed 8 k-steps at a time in registers (no panel in memory). AVX-512 only (masked loads and stores
-// are single fast instructions there); the other targets keep the direct path.
+// transposed 8 k-steps at a time in registers (no panel in memory). AVX-512 only (masked loads
+// and stores are single fast instructions there); the other targets keep the direct path.
 //
 // Each element is the same FMA chain over k in increasing order, from zero, and the same
 // write-back (CombineVec) as the direct path's, so the values are bitwise the direct path's:
@@ -51,16 +51,16 @@ HWY_INLINE bool UseSmallPath(const GemmArgs& g, int64_t i0, int64_t i1, int64_t 
          g.k <= 256 && cols <= (g.trans_b ? lanes : 2 * lanes);
 }
 
-// p[lanes of m] = alpha·acc combined with C as CombineVec does (the direct path's write-back,
-// lane for lane), with kBias + bias as CombineBias rounds it, with kEpilogue g's epilogue for
-// row i and columns from j (EpilogueLanes); every lane when !kMasked. The vectors come by
-// value: an accumulator array whose address a store helper took would be spilled to the stack
-// on every k step.
 // FirstCombine, and kCopy for alpha = 1 with C not read (the attention products').
 inline Combine SmallCombine(const GemmArgs& g) {
   return g.beta == 0.0f && g.alpha == 1.0f ? Combine::kCopy : FirstCombine(g.beta);
 }
 
+// p[lanes of m] = alpha·acc combined with C as CombineVec does (the direct path's write-back,
+// lane for lane), with kBias + bias as CombineBias rounds it, with kEpilogue g's epilogue for
+// row i and columns from j (EpilogueLanes); every lane when !kMasked. The vectors come by
+// value: an accumulator array whose address a store helper took would be spilled to the stack
+// on every k step.
 template <bool kMasked, bool kBias, bool kEpilogue, class D>
 HWY_INLINE void SmallStoreVec(D d, hn::Vec<D> acc, hn::Vec<D> va, hn::Vec<D> vb, Combine combine,
                               hn::Mask<D> m, hn::Vec<D> bias, const GemmArgs& g, int64_t i, int64_t j,
@@ -206,7 +206,7 @@ HWY_INLINE void SmallTileNT(D d, const GemmArgs& g, const ProductSpan& span, int
   for (int q = 0; q < 8 * kBlocks; ++q) row_offset[q] = std::min<int64_t>(q, cols - 1) * ldb;
   const V va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
   const Combine combine = SmallCombine(g);
-  // Every product of the span with the setup above done once (as SmallTileNN).
+  // Every product of the span with the setup above done once.
   const float* const a0 = g.a + (kTransA ? i : i * lda);
   const float* const b0 = g.b + j * ldb;
   float* const c0 = g.c + i * ldc + j;
@@ -257,12 +257,7 @@ HWY_INLINE void SmallTileNT(D d, const GemmArgs& g, const ProductSpan& span, int
     product(a0, b0, c0);
     return;
   }
-  int64_t bi = span.p0 / span.heads, hi = span.p0 % span.heads;
-  for (int64_t p = span.p0; p < span.p1; ++p) {
-    product(a0 + (bi * span.a_batch + hi * span.a_head), b0 + (bi * span.b_batch + hi * span.b_head),
-            c0 + (bi * span.c_batch + hi * span.c_head));
-    if (++hi == span.heads) hi = 0, ++bi;
-  }
+  for (ProductSpan::Cursor at(span); at.p < span.p1; at.next()) product(a0 + at.a(), b0 + at.b(), c0 + at.c());
 }
 
 // Rows [i0, i1) in tiles of at most kMax rows, as even as possible (which tile a row falls in

@@ -58,16 +58,30 @@ struct ProductSpan {
       return;                  // one stalled on store forwarding: ~a quarter of a 10×10×16 call.
     }
     GemmArgs gp = g;
-    int64_t bi = p0 / heads, hi = p0 % heads;  // (stepped, not divided per product)
-    for (int64_t p = p0; p < p1; ++p) {
+    for (Cursor at(*this); at.p < p1; at.next()) {
       // (A and B may be null when k == 0: no offset applied to a null pointer.)
-      gp.a = g.a ? g.a + bi * a_batch + hi * a_head : nullptr;
-      gp.b = g.b ? g.b + bi * b_batch + hi * b_head : nullptr;
-      gp.c = g.c + bi * c_batch + hi * c_head;
+      gp.a = g.a ? g.a + at.a() : nullptr;
+      gp.b = g.b ? g.b + at.b() : nullptr;
+      gp.c = g.c + at.c();
       f(gp);
-      if (++hi == heads) hi = 0, ++bi;
     }
   }
+  // Product p of the span (from p0) and its operands' offsets from the first product's, stepped
+  // (batch, head) by (batch, head) instead of divided per product. Also what the per-target
+  // kernels loop with: a call from this shared for_each into a target's kernel cannot be
+  // inlined.
+  struct Cursor {
+    const ProductSpan& s;
+    int64_t p, bi, hi;
+    explicit Cursor(const ProductSpan& span) : s(span), p(span.p0), bi(span.p0 / span.heads), hi(span.p0 % span.heads) {}
+    int64_t a() const { return bi * s.a_batch + hi * s.a_head; }
+    int64_t b() const { return bi * s.b_batch + hi * s.b_head; }
+    int64_t c() const { return bi * s.c_batch + hi * s.c_head; }
+    void next() {
+      ++p;
+      if (++hi == s.heads) hi = 0, ++bi;
+    }
+  };
 };
 
 // Per-thread grow-only 64-byte-aligned scratch; slot 0 holds packed A, slot 1 packed B.
