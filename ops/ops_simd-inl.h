@@ -257,19 +257,19 @@ HWY_INLINE void BlockRowsToLanes(const float* HWY_RESTRICT src, int64_t lds, int
                                  float* HWY_RESTRICT dst) {
 #if HWY_TARGET <= HWY_AVX3
   if (n == 16) {
-    // Both 8-row halves transposed, then whole 16-lane stores: the block is read back by
-    // 16-lane loads, which do not forward from two 8-lane stores.
+    // Both 8-row halves in one Transpose16x8, then whole 16-lane stores (the block is read
+    // back by 16-lane loads, which do not forward from two 8-lane stores). Its input layout:
+    // r[q] = rows q | 4 + q for q < 4, rows 4 + q | 8 + q for q >= 4.
     const hn::Full512<float> d16;
     const hn::Full256<float> d8;
     ForEachBlockOf8(cols, [&](int64_t j) {
-      V8 lo[8], hi[8], tlo[8], thi[8];
-      for (int l = 0; l < 8; ++l) {
-        lo[l] = hn::LoadU(d8, src + l * lds + j);
-        hi[l] = hn::LoadU(d8, src + (8 + l) * lds + j);
+      hn::Vec<decltype(d16)> r[8], t[8];
+      for (int q = 0; q < 8; ++q) {
+        const int64_t lo = q < 4 ? q : 4 + q;
+        r[q] = hn::Combine(d16, hn::LoadU(d8, src + (lo + 4) * lds + j), hn::LoadU(d8, src + lo * lds + j));
       }
-      Transpose8x8(lo, tlo);
-      Transpose8x8(hi, thi);
-      for (int c = 0; c < 8; ++c) hn::StoreU(hn::Combine(d16, thi[c], tlo[c]), d16, dst + (j + c) * 16);
+      Transpose16x8(r, t);
+      for (int c = 0; c < 8; ++c) hn::StoreU(t[c], d16, dst + (j + c) * 16);
     });
     return;
   }
@@ -287,21 +287,28 @@ HWY_INLINE void BlockLanesToRows(const float* HWY_RESTRICT src, int64_t n, int64
                                  float* HWY_RESTRICT dst, int64_t ldd) {
 #if HWY_TARGET <= HWY_AVX3
   if (n == 16) {
-    // Whole 16-lane loads split into halves in registers: the block was just written by
-    // 16-lane stores, and 8-lane loads of their upper halves do not forward from them.
+    // Whole 16-lane loads (the block was just written by 16-lane stores, and 8-lane loads of
+    // their upper halves do not forward from them), transposed within their 8 × 8 halves as
+    // in Transpose16x8; then u[c] holds, in its 128-bit blocks, lane c of v[0..3] for rows c,
+    // c + 4, 8 + c, 12 + c (blocks 0..3), and u[4 + c] the same of v[4..7]: one two-source
+    // permute puts rows c and c + 4 (or 8 + c and 12 + c) in the halves of one vector.
     const hn::Full512<float> d16;
     const hn::Full256<float> d8;
+    using V = hn::Vec<decltype(d16)>;
+    const __m512i pick_lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i pick_hi = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
     ForEachBlockOf8(cols, [&](int64_t j) {
-      V8 lo[8], hi[8], out[8];
-      for (int c = 0; c < 8; ++c) {
-        const auto v = hn::LoadU(d16, src + (j + c) * 16);
-        lo[c] = hn::LowerHalf(d8, v);
-        hi[c] = hn::UpperHalf(d8, v);
+      V v[8], u[8];
+      for (int c = 0; c < 8; ++c) v[c] = hn::LoadU(d16, src + (j + c) * 16);
+      TransposeWithinBlocks(d16, v, u);
+      for (int c = 0; c < 4; ++c) {
+        const V lo{_mm512_permutex2var_ps(u[c].raw, pick_lo, u[4 + c].raw)};  // rows c | c + 4
+        const V hi{_mm512_permutex2var_ps(u[c].raw, pick_hi, u[4 + c].raw)};  // rows 8 + c | 12 + c
+        hn::StoreU(hn::LowerHalf(d8, lo), d8, dst + c * ldd + j);
+        hn::StoreU(hn::UpperHalf(d8, lo), d8, dst + (4 + c) * ldd + j);
+        hn::StoreU(hn::LowerHalf(d8, hi), d8, dst + (8 + c) * ldd + j);
+        hn::StoreU(hn::UpperHalf(d8, hi), d8, dst + (12 + c) * ldd + j);
       }
-      Transpose8x8(lo, out);
-      for (int l = 0; l < 8; ++l) hn::StoreU(out[l], d8, dst + l * ldd + j);
-      Transpose8x8(hi, out);
-      for (int l = 0; l < 8; ++l) hn::StoreU(out[l], d8, dst + (8 + l) * ldd + j);
     });
     return;
   }
