@@ -214,6 +214,26 @@ HWY_INLINE void Transpose16x8(const hn::Vec<hn::Full512<float>> (&r)[8], hn::Vec
     out[c + 4] = V{_mm512_shuffle_f32x4(u[c].raw, u[4 + c].raw, _MM_SHUFFLE(3, 1, 3, 1))};
   }
 }
+
+// The inverse of Transpose16x8: v[c] lane l = row l, k = c; out in Transpose16x8's input layout
+// (out[q] = k = 0..7 of rows q | 4 + q for q < 4, of rows 4 + q | 8 + q for q >= 4). After the
+// in-block steps u[c] holds, in its 128-bit blocks, v[0..3] of rows c, 4 + c, 8 + c, 12 + c and
+// u[4 + c] the same of v[4..7]: one two-source permute per output joins the halves of a row.
+HWY_INLINE void Transpose8x16(const hn::Vec<hn::Full512<float>> (&v)[8], hn::Vec<hn::Full512<float>> (&out)[8]) {
+  const hn::Full512<float> d;
+  using V = hn::Vec<decltype(d)>;
+  V u[8];
+  TransposeWithinBlocks(d, v, u);
+  const __m512i pick_lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i pick_hi = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  for (int c = 0; c < 4; ++c) {
+    out[c] = V{_mm512_permutex2var_ps(u[c].raw, pick_lo, u[4 + c].raw)};      // rows c | 4 + c
+    out[4 + c] = V{_mm512_permutex2var_ps(u[c].raw, pick_hi, u[4 + c].raw)};  // rows 8 + c | 12 + c
+  }
+}
+
+// The row in the lower half of Transpose16x8's input r[q] (the upper half holds 4 rows further).
+HWY_INLINE int64_t Transpose16x8LowerRow(int q) { return q < 4 ? q : 4 + q; }
 #endif
 
 HWY_INLINE void TransposeBlock8x8(const float* HWY_RESTRICT src, int64_t lds,
@@ -258,14 +278,13 @@ HWY_INLINE void BlockRowsToLanes(const float* HWY_RESTRICT src, int64_t lds, int
 #if HWY_TARGET <= HWY_AVX3
   if (n == 16) {
     // Both 8-row halves in one Transpose16x8, then whole 16-lane stores (the block is read
-    // back by 16-lane loads, which do not forward from two 8-lane stores). Its input layout:
-    // r[q] = rows q | 4 + q for q < 4, rows 4 + q | 8 + q for q >= 4.
+    // back by 16-lane loads, which do not forward from two 8-lane stores).
     const hn::Full512<float> d16;
     const hn::Full256<float> d8;
     ForEachBlockOf8(cols, [&](int64_t j) {
       hn::Vec<decltype(d16)> r[8], t[8];
       for (int q = 0; q < 8; ++q) {
-        const int64_t lo = q < 4 ? q : 4 + q;
+        const int64_t lo = Transpose16x8LowerRow(q);
         r[q] = hn::Combine(d16, hn::LoadU(d8, src + (lo + 4) * lds + j), hn::LoadU(d8, src + lo * lds + j));
       }
       Transpose16x8(r, t);
@@ -288,26 +307,17 @@ HWY_INLINE void BlockLanesToRows(const float* HWY_RESTRICT src, int64_t n, int64
 #if HWY_TARGET <= HWY_AVX3
   if (n == 16) {
     // Whole 16-lane loads (the block was just written by 16-lane stores, and 8-lane loads of
-    // their upper halves do not forward from them), transposed within their 8 × 8 halves as
-    // in Transpose16x8; then u[c] holds, in its 128-bit blocks, lane c of v[0..3] for rows c,
-    // c + 4, 8 + c, 12 + c (blocks 0..3), and u[4 + c] the same of v[4..7]: one two-source
-    // permute puts rows c and c + 4 (or 8 + c and 12 + c) in the halves of one vector.
+    // their upper halves do not forward from them), then Transpose8x16's row pairs.
     const hn::Full512<float> d16;
     const hn::Full256<float> d8;
-    using V = hn::Vec<decltype(d16)>;
-    const __m512i pick_lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-    const __m512i pick_hi = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
     ForEachBlockOf8(cols, [&](int64_t j) {
-      V v[8], u[8];
+      hn::Vec<decltype(d16)> v[8], r[8];
       for (int c = 0; c < 8; ++c) v[c] = hn::LoadU(d16, src + (j + c) * 16);
-      TransposeWithinBlocks(d16, v, u);
-      for (int c = 0; c < 4; ++c) {
-        const V lo{_mm512_permutex2var_ps(u[c].raw, pick_lo, u[4 + c].raw)};  // rows c | c + 4
-        const V hi{_mm512_permutex2var_ps(u[c].raw, pick_hi, u[4 + c].raw)};  // rows 8 + c | 12 + c
-        hn::StoreU(hn::LowerHalf(d8, lo), d8, dst + c * ldd + j);
-        hn::StoreU(hn::UpperHalf(d8, lo), d8, dst + (4 + c) * ldd + j);
-        hn::StoreU(hn::LowerHalf(d8, hi), d8, dst + (8 + c) * ldd + j);
-        hn::StoreU(hn::UpperHalf(d8, hi), d8, dst + (12 + c) * ldd + j);
+      Transpose8x16(v, r);
+      for (int q = 0; q < 8; ++q) {
+        const int64_t lo = Transpose16x8LowerRow(q);
+        hn::StoreU(hn::LowerHalf(d8, r[q]), d8, dst + lo * ldd + j);
+        hn::StoreU(hn::UpperHalf(d8, r[q]), d8, dst + (lo + 4) * ldd + j);
       }
     });
     return;
