@@ -115,15 +115,8 @@ struct StepGemm {
   int64_t a_batch = 0, a_head = 0, b_batch = 0, b_head = 0, c_batch = 0, c_head = 0;
 };
 
-// threads > 1: attnkit runs sgemm's own parallel region (one product) or the engine's way, a
-// parallel region over sgemm_batched_slice (attention); OpenBLAS its own threads per call.
-// impl kBf16: attnkit's products in mixed precision, through the same calls with the engine's
-// Slice::bf16 set (bf16_gemm for one product on several threads).
-void BM_step(benchmark::State& state, Impl impl, StepGemm s, int threads) {
-  set_threads(threads);
-  const bool use_openblas = impl == Impl::kOpenBLAS, bf16 = impl == Impl::kBf16;
-  attnkit::Slice one;
-  one.bf16 = bf16;
+// The operands of one step product, sized by its leading dimensions and batch strides.
+Operands operands_for(const StepGemm& s) {
   const int64_t lda = s.lda ? s.lda : (s.ta ? s.m : s.k);
   const int64_t ldb = s.ldb ? s.ldb : (s.tb ? s.k : s.n);
   const int64_t ldc = s.ldc ? s.ldc : s.n;
@@ -131,7 +124,53 @@ void BM_step(benchmark::State& state, Impl impl, StepGemm s, int threads) {
   const int64_t a_size = s.count == 1 ? (s.ta ? s.k : s.m) * lda : batches * s.a_batch;
   const int64_t b_size = s.count == 1 ? (s.tb ? s.n : s.k) * ldb : batches * s.b_batch;
   const int64_t c_size = s.count == 1 ? s.m * ldc : batches * s.c_batch;
-  Operands x(a_size, b_size, c_size);
+  return Operands(a_size, b_size, c_size);
+}
+
+// One step product on the calling thread, the engine's way (attnkit) or one cblas_sgemm per
+// product plus a bias loop (OpenBLAS).
+void run_one_thread(Impl impl, const StepGemm& s, Operands& x, const std::vector<float>& bias) {
+  const bool use_openblas = impl == Impl::kOpenBLAS;
+  attnkit::Slice one;
+  one.bf16 = impl == Impl::kBf16;
+  const int64_t lda = s.lda ? s.lda : (s.ta ? s.m : s.k);
+  const int64_t ldb = s.ldb ? s.ldb : (s.tb ? s.k : s.n);
+  const int64_t ldc = s.ldc ? s.ldc : s.n;
+  for (int64_t p = 0; p < s.count; ++p) {
+    const int64_t bi = p / s.heads, hi = p % s.heads;
+    const float* a = x.a.data() + bi * s.a_batch + hi * s.a_head;
+    const float* b = x.b.data() + bi * s.b_batch + hi * s.b_head;
+    float* c = x.c.data() + bi * s.c_batch + hi * s.c_head;
+    if (use_openblas) {
+      cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans,
+                  s.tb ? CblasTrans : CblasNoTrans, static_cast<int>(s.m),
+                  static_cast<int>(s.n), static_cast<int>(s.k), 1.0f, a, static_cast<int>(lda),
+                  b, static_cast<int>(ldb), s.beta, c, static_cast<int>(ldc));
+      if (s.bias)
+        for (int64_t i = 0; i < s.m; ++i)
+          for (int64_t j = 0; j < s.n; ++j) c[i * ldc + j] += bias[static_cast<size_t>(j)];
+    } else if (s.bias) {
+      attnkit::GemmEpilogue e;
+      e.bias = bias.data();
+      attnkit::sgemm_epilogue_slice(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, lda, b, ldb, s.beta, c, ldc, e, one);
+    } else {
+      attnkit::sgemm_slice(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, lda, b, ldb, s.beta, c, ldc, one);
+    }
+  }
+}
+
+// threads > 1: attnkit runs sgemm's own parallel region (one product) or the engine's way, a
+// parallel region over sgemm_batched_slice (attention); OpenBLAS its own threads per call.
+// impl kBf16: attnkit's products in mixed precision, through the same calls with the engine's
+// Slice::bf16 set (bf16_gemm for one product on several threads).
+void BM_step(benchmark::State& state, Impl impl, StepGemm s, int threads) {
+  set_threads(threads);
+  const bool use_openblas = impl == Impl::kOpenBLAS, bf16 = impl == Impl::kBf16;
+  const int64_t lda = s.lda ? s.lda : (s.ta ? s.m : s.k);
+  const int64_t ldb = s.ldb ? s.ldb : (s.tb ? s.k : s.n);
+  const int64_t ldc = s.ldc ? s.ldc : s.n;
+  const int64_t batches = s.count / s.heads;
+  Operands x = operands_for(s);
   const std::vector<float> bias(static_cast<size_t>(s.n), 0.25f);
   for (auto _ : state) {
     if (threads > 1 && !use_openblas) {
@@ -153,27 +192,7 @@ void BM_step(benchmark::State& state, Impl impl, StepGemm s, int threads) {
       benchmark::ClobberMemory();
       continue;
     }
-    for (int64_t p = 0; p < s.count; ++p) {
-      const int64_t bi = p / s.heads, hi = p % s.heads;
-      const float* a = x.a.data() + bi * s.a_batch + hi * s.a_head;
-      const float* b = x.b.data() + bi * s.b_batch + hi * s.b_head;
-      float* c = x.c.data() + bi * s.c_batch + hi * s.c_head;
-      if (use_openblas) {
-        cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans,
-                    s.tb ? CblasTrans : CblasNoTrans, static_cast<int>(s.m),
-                    static_cast<int>(s.n), static_cast<int>(s.k), 1.0f, a, static_cast<int>(lda),
-                    b, static_cast<int>(ldb), s.beta, c, static_cast<int>(ldc));
-        if (s.bias)
-          for (int64_t i = 0; i < s.m; ++i)
-            for (int64_t j = 0; j < s.n; ++j) c[i * ldc + j] += bias[static_cast<size_t>(j)];
-      } else if (s.bias) {
-        attnkit::GemmEpilogue e;
-        e.bias = bias.data();
-        attnkit::sgemm_epilogue_slice(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, lda, b, ldb, s.beta, c, ldc, e, one);
-      } else {
-        attnkit::sgemm_slice(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, lda, b, ldb, s.beta, c, ldc, one);
-      }
-    }
+    run_one_thread(impl, s, x, bias);
     benchmark::DoNotOptimize(x.c.data());
     benchmark::ClobberMemory();
   }
@@ -245,8 +264,51 @@ std::vector<StepGemm> step_gemms() {
   return out;
 }
 
+// "The large model's products" as one figure: every product of one reversal-large training
+// step at one thread, each on its own operands (the step's working set), in the step's
+// proportions: per layer (2) the Q, K, V, O Linear(256, 256) and the MLP's Linear(256, 1024)
+// and Linear(1024, 256), each forward with bias, dx and dW, and the attention's six batched
+// products; once, the head's Linear(256, 64). OpenBLAS does the same list with cblas_sgemm.
+void BM_big_step_products(benchmark::State& state, Impl impl, std::vector<StepGemm> products) {
+  set_threads(1);
+  std::vector<Operands> operands;
+  operands.reserve(products.size());
+  double flops = 0;
+  for (const StepGemm& s : products) {
+    operands.push_back(operands_for(s));
+    flops += 2.0 * s.m * s.n * s.k * s.count;
+  }
+  const std::vector<float> bias(1024, 0.25f);
+  for (auto _ : state) {
+    for (size_t i = 0; i < products.size(); ++i) run_one_thread(impl, products[i], operands[i], bias);
+    benchmark::ClobberMemory();
+  }
+  report(state, flops);
+  state.counters["products"] = static_cast<double>(products.size());
+}
+
+std::vector<StepGemm> big_step_products(const std::vector<StepGemm>& all) {
+  std::vector<StepGemm> out;
+  for (const StepGemm& s : all) {
+    if (s.name.rfind("big_", 0) != 0 || s.name.rfind("big_fwd_nn_", 0) == 0) continue;  // forwards: with bias
+    int copies = 2;                                                                   // per layer
+    if (s.name.find("4096x256x256") != std::string::npos) copies = 8;                 // Q, K, V, O
+    if (s.name.find("4096x256x64") != std::string::npos) copies = 1;                  // the head
+    for (int i = 0; i < copies; ++i) out.push_back(s);
+  }
+  return out;
+}
+
 void register_all() {
-  for (const StepGemm& s : step_gemms()) {
+  const std::vector<StepGemm> all = step_gemms();
+  for (Impl impl : {Impl::kAttnkit, Impl::kOpenBLAS, Impl::kBf16}) {
+    const char* lib = impl == Impl::kAttnkit ? "attnkit" : impl == Impl::kOpenBLAS ? "openblas" : "attnkit_bf16";
+    benchmark::RegisterBenchmark((std::string(lib) + "/step_big_all_products/1t").c_str(), BM_big_step_products,
+                                 impl, big_step_products(all))
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  for (const StepGemm& s : all) {
     // The big model's products also at 2 threads (the lesson models' are too small to share).
     for (int threads : {1, 2}) {
       if (threads == 2 && (s.name.rfind("big_", 0) != 0 || s.bias)) continue;  // (bias rows: one thread)

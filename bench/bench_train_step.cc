@@ -3,7 +3,7 @@
 //
 //   bench_train_step [--batch=N] [--models=neighbor-sum,duplicates,reversal,reversal-large,neighbor-sum-003]
 //                    [--threads=1,2] [--adaptive=0|1] [--fold=0|1] [--fuse=0|1] [--index-values=0|1]
-//                    [--profile=STEPS] [--precision=f32|bf16]
+//                    [--profile=STEPS] [--precision=f32|bf16] [--gemm=attnkit|openblas]
 //                    [Google Benchmark flags, e.g. --benchmark_min_time=0.5]
 //
 // The default models are the three lessons and "reversal-large", the compute-bound
@@ -17,13 +17,17 @@
 // --index-values=0 materializes an attention's values instead of reading them from a
 // per-(token, position) table (see Graph::index_attention_values).
 // --profile=STEPS runs that many steps of each model with the
-// executor's per-node timing on and prints the slowest nodes instead of benchmarking.
+// executor's per-node timing on and prints the slowest nodes instead of benchmarking, then the
+// time per step spent inside the products (every sgemm call of the step, see set_gemm_timing).
+// --gemm=openblas runs every product of the step on OpenBLAS's cblas_sgemm instead of attnkit's
+// kernels (float32; with --profile: the large model's products in place, attnkit vs OpenBLAS).
 // Token batches (with the task's true targets) are generated before timing; a few distinct
 // batches are cycled.
 // Reports items_per_second = steps/s and the counter "steps/s".
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -35,6 +39,8 @@
 
 #include "../engine/executor.h"
 #include "../engine/optimizer.h"
+#include "../ops/gemm.h"
+#include "../ops/gemm_bf16.h"
 #include "../examples/lesson003_attention.h"
 #include "../models/lessons.h"
 #include "../tools/passive_openmp.h"
@@ -103,6 +109,13 @@ bool g_fold = true;
 bool g_fuse = true;
 bool g_index_values = true;
 Precision g_precision = Precision::kF32;
+
+// What runs the step's products: attnkit's kernels (and which bf16 ones) or OpenBLAS.
+const char* products_name() {
+  if (gemm_backend() == GemmBackend::kOpenBLAS) return "OpenBLAS (float32)";
+  if (g_precision == Precision::kBf16 && bf16_kernel() != Bf16Kernel::kNone) return bf16_kernel_name(bf16_kernel());
+  return "attnkit (float32)";
+}
 
 ModelConfig bench_config(const std::string& task) {
   ModelConfig c = lesson_config(base_task(task));
@@ -214,6 +227,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench_train_step: --precision: %s\n", e.what());
         return 2;
       }
+    } else if (take_flag(argc, argv, i, "--gemm", &v)) {
+      if (v != "attnkit" && v != "openblas") {
+        std::fprintf(stderr, "bench_train_step: --gemm must be attnkit or openblas, got '%s'\n", v.c_str());
+        return 2;
+      }
+      set_gemm_backend(v == "openblas" ? GemmBackend::kOpenBLAS : GemmBackend::kAttnkit);
     } else if (take_flag(argc, argv, i, "--fuse", &v)) {
       g_fuse = v != "0";
     } else if (take_flag(argc, argv, i, "--index-values", &v)) {
@@ -250,16 +269,30 @@ int main(int argc, char** argv) {
       if (profile_steps > 0) {  // per-node times instead of benchmarks
         StepRunner run(task, threads, batch);
         run.ex->set_profiling(true);
+        run.step();  // the first step's one-time work stays out of the product times
+        reset_gemm_timing();
+        set_gemm_timing(true);
+        const auto t0 = std::chrono::steady_clock::now();
         for (int k = 0; k < profile_steps; ++k) run.step();
-        std::printf("== %s, batch %lld, %d thread(s), SIMD target %s, %zu nodes, %lld barriers per step: ", task.c_str(),
-                    static_cast<long long>(batch), threads, simd_target_name(), run.m.graph->nodes().size(),
-                    static_cast<long long>(run.ex->barriers_per_step()));
+        const double step_ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / profile_steps;
+        set_gemm_timing(false);
+        const GemmTiming products = gemm_timing();
+        std::printf("== %s, batch %lld, %d thread(s), SIMD target %s, products on %s, %zu nodes, %lld barriers per "
+                    "step: ",
+                    task.c_str(), static_cast<long long>(batch), threads, simd_target_name(), products_name(),
+                    run.m.graph->nodes().size(), static_cast<long long>(run.ex->barriers_per_step()));
         std::fputs(run.ex->profile_report(1000).c_str(), stdout);
+        std::printf("products: %.3f ms per step (summed over threads) in %.0f calls; the step %.3f ms (with "
+                    "per-node timing on)\n",
+                    static_cast<double>(products.ns) / 1e6 / profile_steps,
+                    static_cast<double>(products.calls) / profile_steps, step_ms);
         continue;
       }
       const std::string name = "BM_TrainStep/" + task + "/threads:" + std::to_string(threads) +
                                "/batch:" + std::to_string(batch) +
-                               (g_precision == Precision::kBf16 ? "/precision:bf16" : "");
+                               (g_precision == Precision::kBf16 ? "/precision:bf16" : "") +
+                               (gemm_backend() == GemmBackend::kOpenBLAS ? "/gemm:openblas" : "");
       benchmark::RegisterBenchmark(name.c_str(), BM_TrainStep, task, threads, batch)
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();

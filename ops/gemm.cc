@@ -66,6 +66,7 @@ HWY_AFTER_NAMESPACE();
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 
@@ -104,6 +105,35 @@ namespace {
 using gemm_detail::GemmArgs;
 
 std::atomic<GemmBackend> g_backend{GemmBackend::kAttnkit};
+
+// Product timing (see set_gemm_timing): only the outermost product call of a thread counts,
+// so that sgemm → sgemm_slice → sgemm_epilogue_slice is timed once.
+std::atomic<bool> g_timing{false};
+std::atomic<int64_t> g_timed_ns{0}, g_timed_calls{0};
+thread_local int t_timing_depth = 0;
+
+class ProductTimer {
+ public:
+  ProductTimer() {
+    if (!g_timing.load(std::memory_order_relaxed)) return;
+    counted_ = true;
+    if (t_timing_depth++ == 0) start_ = std::chrono::steady_clock::now(), outer_ = true;
+  }
+  ~ProductTimer() {
+    if (!counted_) return;
+    --t_timing_depth;
+    if (!outer_) return;
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_);
+    g_timed_ns.fetch_add(ns.count(), std::memory_order_relaxed);
+    g_timed_calls.fetch_add(1, std::memory_order_relaxed);
+  }
+  ProductTimer(const ProductTimer&) = delete;
+  ProductTimer& operator=(const ProductTimer&) = delete;
+
+ private:
+  bool counted_ = false, outer_ = false;
+  std::chrono::steady_clock::time_point start_;
+};
 
 // Below this many multiply-adds a parallel region costs more than it saves.
 constexpr int64_t kParallelWork = int64_t{1} << 18;
@@ -226,6 +256,7 @@ bool worth_threads(int64_t work) {
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
            const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
            int64_t ldc) {
+  const ProductTimer timer;
   if (g_backend.load(std::memory_order_relaxed) == GemmBackend::kOpenBLAS && m > 0 && n > 0 &&
       k > 0 && alpha != 0.0f && !omp_in_parallel()) {
     // OpenBLAS runs its own threads.
@@ -254,6 +285,7 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 void sgemm_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                  int64_t ldc, Slice s) {
+  const ProductTimer timer;
   // Small whole products (one call per attention head): straight to the kernels, without the
   // epilogue and slicing layers, whose cost is a quarter of a 10 × 10 × 16 product's.
   if (s.count <= 1 && m > 0 && n > 0 && k > 0 && m <= 32 && n <= 64 && alpha != 0.0f &&
@@ -281,6 +313,7 @@ void sgemm_bias_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
 void sgemm_epilogue_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                           float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
                           float beta, float* c, int64_t ldc, const GemmEpilogue& e, Slice s) {
+  const ProductTimer timer;
   if (m <= 0 || n <= 0) return;
   GemmArgs g{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, e.bias};
   g.relu = e.relu;
@@ -329,6 +362,7 @@ bool sgemm_fuses_colsum(bool trans_b, int64_t m, int64_t n, int64_t k) {
 void sgemm_batched_slice(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                          float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
                          float beta, float* c, int64_t ldc, const GemmBatch& batch, Slice s) {
+  const ProductTimer timer;
   const int64_t count = batch.batch * batch.heads;
   if (count <= 0 || m <= 0 || n <= 0) return;
   const GemmArgs g{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
@@ -350,6 +384,7 @@ void sgemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int
                            float alpha, const float* a, int64_t lda, int64_t stride_a,
                            const float* b, int64_t ldb, int64_t stride_b, float beta, float* c,
                            int64_t ldc, int64_t stride_c, int64_t batch_count) {
+  const ProductTimer timer;
   GemmBatch batch;
   batch.batch = batch_count;
   batch.a_batch = stride_a;
@@ -369,6 +404,12 @@ void sgemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int
 }
 
 void set_gemm_backend(GemmBackend backend) { g_backend.store(backend); }
+void set_gemm_timing(bool on) { g_timing.store(on); }
+GemmTiming gemm_timing() { return {g_timed_ns.load(), g_timed_calls.load()}; }
+void reset_gemm_timing() {
+  g_timed_ns.store(0);
+  g_timed_calls.store(0);
+}
 void set_gemm_direct_half_tiles(int mode) { gemm_detail::direct_half_tiles_mode = mode; }
 GemmBackend gemm_backend() { return g_backend.load(); }
 

@@ -97,6 +97,18 @@ enum class GemmBackend { kAttnkit, kOpenBLAS };
 void set_gemm_backend(GemmBackend backend);
 GemmBackend gemm_backend();
 
+// Time spent inside the products above, for profiles (bench_train_step --profile): off by
+// default. While on, every outermost call of sgemm, sgemm_slice, sgemm_bias_slice,
+// sgemm_epilogue_slice, sgemm_batched_slice and sgemm_strided_batched adds its wall time
+// (summed over the threads that call) and one call to the counters.
+struct GemmTiming {
+  int64_t ns = 0;
+  int64_t calls = 0;
+};
+void set_gemm_timing(bool on);
+GemmTiming gemm_timing();  // since the last reset
+void reset_gemm_timing();
+
 // Name of the Highway target the kernels dispatch to on this machine (e.g. "AVX2").
 const char* simd_target_name();
 

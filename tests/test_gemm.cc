@@ -777,3 +777,31 @@ TEST_CASE("direct-path register tiles and the alpha = 1 write-back", "[gemm]") {
   }
   attnkit::set_gemm_direct_half_tiles(-1);
 }
+
+TEST_CASE("product timing counts each outermost product call once, only while on", "[gemm]") {
+  std::vector<float> a(64 * 48, 0.5f), b(48 * 40, 0.25f), c(64 * 40, 0.0f);
+  auto product = [&] {
+    attnkit::sgemm(false, false, 64, 40, 48, 1.0f, a.data(), 48, b.data(), 40, 0.0f, c.data(), 40);
+  };
+  attnkit::reset_gemm_timing();
+  product();  // off: not counted
+  REQUIRE(attnkit::gemm_timing().calls == 0);
+  REQUIRE(attnkit::gemm_timing().ns == 0);
+  attnkit::set_gemm_timing(true);
+  product();  // sgemm → sgemm_slice → sgemm_epilogue_slice: one call
+  attnkit::sgemm_slice(false, false, 64, 40, 48, 1.0f, a.data(), 48, b.data(), 40, 0.0f, c.data(), 40,
+                       attnkit::Slice{});
+  attnkit::sgemm_bias_slice(false, false, 64, 40, 48, 1.0f, a.data(), 48, b.data(), 40, 0.0f, c.data(), 40,
+                            b.data(), attnkit::Slice{});
+  attnkit::sgemm_strided_batched(false, false, 8, 8, 8, 1.0f, a.data(), 8, 64, b.data(), 8, 64, 0.0f, c.data(), 8,
+                                 64, 4);
+  attnkit::set_gemm_timing(false);
+  const attnkit::GemmTiming t = attnkit::gemm_timing();
+  product();
+  CHECK(t.calls == 4);
+  CHECK(t.ns > 0);
+  CHECK(attnkit::gemm_timing().calls == 4);  // off again: the counters stay
+  REQUIRE(c[0] == Approx(48 * 0.5 * 0.25));  // timing changes no result
+  attnkit::reset_gemm_timing();
+  CHECK(attnkit::gemm_timing().calls == 0);
+}
