@@ -25,6 +25,7 @@
 // batches are cycled.
 // Reports items_per_second = steps/s and the counter "steps/s".
 #include <benchmark/benchmark.h>
+#include <cblas.h>  // the openblas-pthread one: declares openblas_set_num_threads
 
 #include <algorithm>
 #include <chrono>
@@ -138,6 +139,8 @@ struct StepRunner {
   StepRunner(const std::string& task, int threads, int64_t batch)
       : c(bench_config(task)),
         m(from_primitives(task) ? build_primitives_model(c, batch) : build_model(c, batch)) {
+    // OpenBLAS's own threads: as many as the executor's, or it would use every core.
+    if (gemm_backend() == GemmBackend::kOpenBLAS) openblas_set_num_threads(threads);
     ExecutorOptions options;
     options.threads = threads;
     options.seed = 1;
