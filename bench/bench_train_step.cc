@@ -4,6 +4,7 @@
 //   bench_train_step [--batch=N] [--models=neighbor-sum,duplicates,reversal,reversal-large,neighbor-sum-003]
 //                    [--threads=1,2] [--adaptive=0|1] [--fold=0|1] [--fuse=0|1] [--index-values=0|1]
 //                    [--profile=STEPS] [--precision=f32|bf16] [--gemm=attnkit|openblas]
+//                    [--train-chunk=-1|0|N]
 //                    [Google Benchmark flags, e.g. --benchmark_min_time=0.5]
 //
 // The default models are the three lessons and "reversal-large", the compute-bound
@@ -19,6 +20,8 @@
 // --profile=STEPS runs that many steps of each model with the
 // executor's per-node timing on and prints the slowest nodes instead of benchmarking, then the
 // time per step spent inside the products (every sgemm call of the step, see set_gemm_timing).
+// --train-chunk sets ExecutorOptions::train_chunk_rows (-1 automatic, 0 whole batches, N
+// batch entries a chunk).
 // --gemm=openblas runs every product of the step on OpenBLAS's cblas_sgemm instead of attnkit's
 // kernels (float32; with --profile: the large model's products in place, attnkit vs OpenBLAS).
 // Token batches (with the task's true targets) are generated before timing; a few distinct
@@ -110,6 +113,7 @@ bool g_fold = true;
 bool g_fuse = true;
 bool g_index_values = true;
 Precision g_precision = Precision::kF32;
+int64_t g_train_chunk = -1;
 
 // What runs the step's products: attnkit's kernels (and which bf16 ones) or OpenBLAS.
 const char* products_name() {
@@ -146,6 +150,7 @@ struct StepRunner {
     options.seed = 1;
     options.adaptive_threads = g_adaptive;
     options.precision = g_precision;
+    options.train_chunk_rows = g_train_chunk;
     ex = std::make_unique<Executor>(*m.graph, options);
     adam = std::make_unique<Adam>(ex->param_count(), AdamOptions{lesson_lr(base_task(task))});
     ex->set_batch(batch);
@@ -236,6 +241,13 @@ int main(int argc, char** argv) {
         return 2;
       }
       set_gemm_backend(v == "openblas" ? GemmBackend::kOpenBLAS : GemmBackend::kAttnkit);
+    } else if (take_flag(argc, argv, i, "--train-chunk", &v)) {
+      char* end = nullptr;
+      g_train_chunk = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || g_train_chunk < -1) {
+        std::fprintf(stderr, "bench_train_step: --train-chunk must be -1, 0 or a positive number of batch entries, got '%s'\n", v.c_str());
+        return 2;
+      }
     } else if (take_flag(argc, argv, i, "--fuse", &v)) {
       g_fuse = v != "0";
     } else if (take_flag(argc, argv, i, "--index-values", &v)) {
@@ -281,10 +293,12 @@ int main(int argc, char** argv) {
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / profile_steps;
         set_gemm_timing(false);
         const GemmTiming products = gemm_timing();
-        std::printf("== %s, batch %lld, %d thread(s), SIMD target %s, products on %s, %zu nodes, %lld barriers per "
-                    "step: ",
-                    task.c_str(), static_cast<long long>(batch), threads, simd_target_name(), products_name(),
-                    run.m.graph->nodes().size(), static_cast<long long>(run.ex->barriers_per_step()));
+        std::printf("== %s, batch %lld (%s), %d thread(s), SIMD target %s, products on %s, %zu nodes, %lld barriers "
+                    "per step: ",
+                    task.c_str(), static_cast<long long>(batch),
+                    run.ex->chunk_rows() > 0 ? ("in chunks of " + std::to_string(run.ex->chunk_rows())).c_str() : "whole",
+                    threads, simd_target_name(), products_name(), run.m.graph->nodes().size(),
+                    static_cast<long long>(run.ex->barriers_per_step()));
         std::fputs(run.ex->profile_report(1000).c_str(), stdout);
         std::printf("products: %.3f ms per step (summed over threads) in %.0f calls; the step %.3f ms (with "
                     "per-node timing on)\n",

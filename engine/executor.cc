@@ -86,14 +86,101 @@ bool runs_row_by_row(const Graph& g) {
   return true;
 }
 
+// Whether a training graph's step can run in chunks of batch entries (see
+// ExecutorOptions::train_chunk_rows), so that the chunks' parameter gradients sum to the whole
+// batch's: every node that sees the batch is one of the ops below (slices and joins not along
+// the batch) and computes each row of its batched outputs from the same rows of its batched
+// inputs; in the forward, the one
+// unbatched result made from batched rows is the cross-entropy's loss (kept, over targets fed
+// whole so that it can count the whole batch's positions, and read by no forward node); in
+// the backward, unbatched gradients made from the batch (a broadcast position table's:
+// sums over rows, linear in them) are recomputed per chunk, and every parameter gradient is
+// added to (never set) from batch-made values only — a term made from the parameters alone
+// would count once per chunk.
+bool trains_row_by_row(const Graph& g) {
+  if (!g.has_backward()) return false;
+  const size_t nt = g.tensors().size();
+  std::vector<bool> loss(nt, false), from_batch(nt, false);
+  for (size_t t = 0; t < nt; ++t) from_batch[t] = g.tensors()[t].batched;
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    const bool forward = i < g.forward_nodes();
+    bool batched_in = false, batch_made_in = false;
+    for (TensorId t : n.in) {
+      if (t == kNoTensor) continue;
+      batched_in = batched_in || g.tensor(t).batched;
+      batch_made_in = batch_made_in || from_batch[static_cast<size_t>(t)];
+      if (forward && loss[static_cast<size_t>(t)]) return false;  // a forward use of the loss
+    }
+    bool touches_batch = batch_made_in;
+    for (const auto* list : {&n.out, &n.scratch})
+      for (TensorId t : *list) touches_batch = touches_batch || (t != kNoTensor && g.tensor(t).batched);
+    for (size_t o = 0; o < n.out.size(); ++o) {
+      const TensorId t = n.out[o];
+      if (t == kNoTensor) continue;
+      const TensorDesc& d = g.tensor(t);
+      if (d.storage == Storage::kParamGrad) {
+        if (!batch_made_in || !n.accumulates(o)) return false;
+      } else if (d.batched) {
+        if (!batched_in) return false;
+      } else if (batch_made_in) {
+        if (forward && (n.op != OpKind::kCrossEntropy || o != 0 || !d.keep)) return false;
+        if (forward) loss[static_cast<size_t>(t)] = true;
+        from_batch[static_cast<size_t>(t)] = !forward;
+      }
+    }
+    for (TensorId t : n.scratch)
+      if (t != kNoTensor && g.tensor(t).batched && !batched_in) return false;
+    if (!touches_batch) continue;
+    switch (n.op) {
+      case OpKind::kEmbedding: case OpKind::kLinear: case OpKind::kAdd: case OpKind::kRelu:
+      case OpKind::kLayerNorm: case OpKind::kAttention: case OpKind::kEmbeddingBackward:
+      case OpKind::kLinearBackward: case OpKind::kReluBackward: case OpKind::kLayerNormBackward:
+      case OpKind::kAttentionBackward: case OpKind::kAccumulate: case OpKind::kBiasBackward:
+        break;
+      case OpKind::kCrossEntropy: case OpKind::kCrossEntropyBackward:
+        if (g.tensor(n.in[1]).storage != Storage::kInput) return false;
+        break;
+      case OpKind::kNarrow: case OpKind::kNarrowBackward: case OpKind::kConcat:  // (a model's heads)
+        if (n.attrs.axis0 == 0 && (batched_in || g.tensor(n.out[0]).batched)) return false;  // along the batch
+        break;
+      default:
+        return false;
+    }
+  }
+  return true;
+}
+
+// Batch entries holding at least `min_rows` rows of the products ([batch, tokens, features]
+// tensors have `tokens` rows an entry).
+int64_t entries_for_rows(const Graph& graph, int64_t min_rows) {
+  int64_t rows_per_sample = 1;
+  for (const TensorDesc& d : graph.tensors())
+    if (d.batched && d.shape.rank == 3)  // [batch, tokens, features]: the products' rows
+      rows_per_sample = std::max(rows_per_sample, d.shape[1]);
+  return (min_rows + rows_per_sample - 1) / rows_per_sample;
+}
+
 }  // namespace
 
 // The whole-batch plan, or for a row-by-row inference graph whose arena would exceed
-// chunk_bytes, the plan of a chunk of rows that fits it.
+// chunk_bytes, the plan of a chunk of rows that fits it; for a training graph, see
+// ExecutorOptions::train_chunk_rows.
 constexpr int64_t kMinChunkRows = 1024;
 
 MemoryPlan Executor::make_plan(const Graph& graph, const ExecutorOptions& options) {
   const int64_t max_batch = graph.max_batch();
+  if (graph.has_backward()) {
+    if (options.train_chunk_rows == 0 || max_batch < 2 || !trains_row_by_row(graph)) return plan_memory(graph);
+    int64_t rows = options.train_chunk_rows;
+    if (rows < 0) {
+      MemoryPlan whole = plan_memory(graph);
+      if (whole.arena_bytes <= ExecutorOptions::kTrainChunkArenaBytes) return whole;
+      rows = entries_for_rows(graph, kMinChunkRows);
+    }
+    if (rows >= max_batch) return plan_memory(graph);
+    return plan_memory(graph, {rows});
+  }
   if (options.chunk_bytes <= 0 || max_batch < 2 || !runs_row_by_row(graph)) return plan_memory(graph);
   // Bytes per row: the arena of a small chunk (its unbatched tensors counted in, which errs
   // towards smaller chunks) and the rows of the results it writes.
@@ -106,11 +193,7 @@ MemoryPlan Executor::make_plan(const Graph& graph, const ExecutorOptions& option
   // Products of fewer rows lose more to packing and tile edges than the cache saves: at
   // least kMinChunkRows rows of each batched matrix (reversal-large, 1.5 MB a sequence, would
   // otherwise run a sequence at a time, its GEMMs at 128 rows).
-  int64_t rows_per_sample = 1;
-  for (const TensorDesc& d : graph.tensors())
-    if (d.batched && d.shape.rank == 3)  // [batch, tokens, features]: the products' rows
-      rows_per_sample = std::max(rows_per_sample, d.shape[1]);
-  rows = std::max(rows, (kMinChunkRows + rows_per_sample - 1) / rows_per_sample);
+  rows = std::max(rows, entries_for_rows(graph, kMinChunkRows));
   if (rows >= max_batch) return plan_memory(graph);
   if (rows > 16) rows = rows / 8 * 8;  // whole vectors of rows for the products
   return plan_memory(graph, {std::max<int64_t>(1, rows)});
@@ -334,12 +417,29 @@ void Executor::validate_inputs() const {
   }
 }
 
+template <typename Run>
+void Executor::run_chunks(Run run) {
+  if (plan_.rows <= 0 || batch_ <= plan_.rows) {
+    run();
+    return;
+  }
+  struct Whole {  // back to the whole batch after the run, also when it throws
+    Executor& ex;
+    ~Whole() { ex.row0_ = 0, ex.rows_now_ = ex.batch_; }
+  } whole{*this};
+  for (int64_t r = 0; r < batch_; r += plan_.rows) {
+    row0_ = r;
+    rows_now_ = std::min(plan_.rows, batch_ - r);
+    run();
+  }
+}
+
 void Executor::forward() {
   validate_inputs();
   // A training graph's evaluations follow its training steps' verdict on threads; an
   // inference graph's runs are probed themselves (one thread wins on a single short sequence).
   if (graph_.has_backward()) {
-    run_nodes(0, graph_.forward_nodes(), nullptr, threads_in_use());
+    run_chunks([&] { run_nodes(0, graph_.forward_nodes(), nullptr, threads_in_use(), row0_ == 0); });
     return;
   }
   const int threads = threads_for_run();
@@ -386,7 +486,14 @@ void Executor::train_step(Adam* optimizer, GradientHook* hook) {
     explicit Training(bool& b) : on(b) { on = true; }
     ~Training() { on = false; }
   } training(training_);
-  if (hook) {
+  if (plan_.rows > 0 && batch_ > plan_.rows) {
+    // Chunk by chunk: forward and backward of each, the parameter gradients zeroed before the
+    // first and summed over all; then the update.
+    run_chunks([&] { run_nodes(0, graph_.nodes().size(), nullptr, threads, row0_ == 0, row0_ == 0); });
+    if (hook) hook->on_gradients(grads_.f32(), graph_.param_count());
+    if (optimizer)
+      run_nodes(graph_.nodes().size(), graph_.nodes().size(), optimizer, threads, /*count_profiled_run=*/false);
+  } else if (hook) {
     run_nodes(0, graph_.nodes().size(), nullptr, threads);
     hook->on_gradients(grads_.f32(), graph_.param_count());
     if (optimizer)  // the update of the same step: not a profiled run of its own
@@ -405,10 +512,11 @@ void Executor::apply_update(Adam* optimizer) {
   run_nodes(graph_.nodes().size(), graph_.nodes().size(), optimizer, threads_in_use(), /*count_profiled_run=*/false);
 }
 
-void Executor::run_nodes(size_t begin, size_t end, Adam* optimizer, int threads, bool count_profiled_run) {
+void Executor::run_nodes(size_t begin, size_t end, Adam* optimizer, int threads, bool count_profiled_run,
+                         bool zero_grads_first) {
   const auto& nodes = graph_.nodes();
   const size_t backward_from = graph_.forward_nodes();
-  const bool zero_grads = begin <= backward_from && end > backward_from;
+  const bool zero_grads = zero_grads_first && begin <= backward_from && end > backward_from;
   SpinBarrier* barrier_ptr = nullptr;
   TaskCounter* counters = task_counters_.get();
   const bool profile = profiling_;

@@ -57,6 +57,18 @@ struct ExecutorOptions {
   // weights) on the first call only instead of on every call. ModelRunner sets it for
   // inference graphs (Predictor, attnkit infer and eval).
   bool fixed_parameters = false;
+  // A training graph whose whole-batch arena would exceed kTrainChunkArenaBytes and whose
+  // nodes all work row by row (lookups, products, layer norms, attention, ReLU, sums, the
+  // cross-entropy over whole-batch inputs, and their backward nodes writing parameter
+  // gradients) runs each training step in chunks of batch entries: forward and backward of
+  // one chunk, the parameter gradients summed over the chunks, then one update — the
+  // gradient of the whole batch, with each chunk's activations still in the cache when its
+  // backward reads them (reversal-large in bf16: 8 of 32 sequences a chunk, 16% faster a
+  // step). The loss is the whole batch's mean. -1: chunks of kMinChunkRows rows of the
+  // products when the arena is that large, else whole; 0: never; N > 0: N batch entries a
+  // chunk whenever the graph allows it. The chunk size never depends on the thread count.
+  int64_t train_chunk_rows = -1;
+  static constexpr int64_t kTrainChunkArenaBytes = int64_t{64} << 20;
   Precision precision = Precision::kF32;
   // Run the kernels with subnormal floats flushed to zero (x86 MXCSR FTZ and DAZ, set in
   // each thread of a run and restored after it; the caller's mode is untouched). A model
@@ -75,6 +87,8 @@ class Executor final : public RunContext {
   void set_batch(int64_t batch);
   // The batch set; while a chunked run's kernels run, the rows of the current chunk.
   int64_t batch() const override { return rows_now_; }
+  int64_t chunk_first_row() const override { return row0_; }
+  int64_t whole_batch() const override { return batch_; }
   // Rows of a chunk when large batches run in chunks (see ExecutorOptions::chunk_bytes),
   // else 0.
   int64_t chunk_rows() const { return plan_.rows; }
@@ -121,7 +135,14 @@ class Executor final : public RunContext {
 
  private:
   void validate_inputs() const;
-  void run_nodes(size_t begin, size_t end, Adam* optimizer, int threads, bool count_profiled_run = true);
+  // Nodes [begin, end) (and the optimizer's update); zero_grads_first: zero the parameter
+  // gradients when the range starts the backward (false for a chunked step's later chunks).
+  void run_nodes(size_t begin, size_t end, Adam* optimizer, int threads, bool count_profiled_run = true,
+                 bool zero_grads_first = true);
+  // run() once, or for a batch over a chunked plan's rows once per chunk (row0_, rows_now_
+  // set to the chunk's).
+  template <typename Run>
+  void run_chunks(Run run);
   static MemoryPlan make_plan(const Graph& graph, const ExecutorOptions& options);
   int threads_for_run();
   void record_run(int threads, double seconds);

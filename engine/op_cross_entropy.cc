@@ -27,6 +27,14 @@ int64_t counted(const int32_t* t, int64_t rows) {
   return k;
 }
 
+// The counted positions of the whole batch. In a run in chunks (Executor, a training step of
+// a large model) the targets are an input fed whole, and t points at the chunk's rows.
+int64_t counted_whole(const RunContext& c, const int32_t* t, int64_t rows) {
+  if (c.whole_batch() == c.batch()) return counted(t, rows);
+  const int64_t per_entry = rows / c.batch();
+  return counted(t - c.chunk_first_row() * per_entry, c.whole_batch() * per_entry);
+}
+
 void ce_run(const RunContext& c, const Node& n, Slice s) {
   // The loss is a sum over all rows: one thread does it, in order, so it is deterministic.
   // It is a small part of a step (rows × classes exps).
@@ -39,8 +47,11 @@ void ce_run(const RunContext& c, const Node& n, Slice s) {
                         n.out[1] != kNoTensor ? c.f32(n.out[1]) : nullptr);
   double sum = 0.0;
   for (int64_t r = 0; r < rows; ++r) sum += row_loss[r];
-  const int64_t k = counted(t, rows);
-  c.f32(n.out[0])[0] = k ? static_cast<float>(sum / static_cast<double>(k)) : 0.0f;
+  const int64_t k = counted_whole(c, t, rows);
+  const float mean = k ? static_cast<float>(sum / static_cast<double>(k)) : 0.0f;
+  // In chunks: each chunk adds its share of the whole batch's mean.
+  float* loss = c.f32(n.out[0]);
+  loss[0] = c.chunk_first_row() == 0 ? mean : loss[0] + mean;
 }
 
 // Backward node: in (probs, targets, dloss); out dlogits.
@@ -57,7 +68,7 @@ void ce_backward_run(const RunContext& c, const Node& n, Slice s) {
   const Shape ls = c.shape(n.in[0]);
   const int64_t rows = ls.rows(), classes = ls.last();
   const int32_t* t = c.i32(n.in[1]);
-  const int64_t k = counted(t, rows);
+  const int64_t k = counted_whole(c, t, rows);
   const float scale = k ? c.f32(n.in[2])[0] / static_cast<float>(k) : 0.0f;
   cross_entropy_backward_from_probs(c.f32(n.in[0]), t, c.f32(n.out[0]), rows, classes, scale,
                                     n.accumulates(0), s);

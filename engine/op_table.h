@@ -18,6 +18,11 @@ class RunContext {
   virtual uint8_t* u8(TensorId id) const = 0;
   virtual Shape shape(TensorId id) const = 0;  // dim 0 = current batch for batched tensors
   virtual int64_t batch() const = 0;
+  // A run in chunks of rows (see ExecutorOptions::chunk_bytes and train_chunk_rows): the
+  // first batch entry of the current chunk and the batch of the whole run. Ops that reduce
+  // over the whole batch (the cross-entropy's mean) use them; inputs stay whole in memory.
+  virtual int64_t chunk_first_row() const { return 0; }
+  virtual int64_t whole_batch() const { return batch(); }
   // Whether this run is a training step (Executor::train_step; false in Executor::forward):
   // dropout drops elements only then.
   virtual bool training() const { return false; }

@@ -69,6 +69,11 @@ MemoryPlan plan_memory(const Graph& g, const PlanOptions& options) {
   }
   for (size_t t = 0; t < nt; ++t)
     if (plan.first_use[t] >= 0 && tensors[t].keep) plan.last_use[t] = end;
+  // A training step in chunks adds each chunk's share to its unbatched kept results (the
+  // loss): they hold their value from the first chunk to the end of the last.
+  if (plan.rows > 0 && g.has_backward())
+    for (size_t t = 0; t < nt; ++t)
+      if (plan.first_use[t] >= 0 && tensors[t].keep && !tensors[t].batched) plan.first_use[t] = 0;
   // A chunked run computes the graph's unbatched prefix once and then runs the rest chunk by
   // chunk: what the prefix writes for the rest lives until the last chunk is done.
   if (plan.rows > 0) {

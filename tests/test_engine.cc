@@ -495,3 +495,132 @@ TEST_CASE("a deep residual chain builds with its intermediates' names cut short"
 
 }  // namespace
 }  // namespace attnkit
+
+namespace attnkit {
+namespace {
+
+// One training step (no update) of config c at `batch` with the executor's train_chunk_rows
+// = chunk, on the same parameters and data: its loss and parameter gradients.
+struct StepResult {
+  float loss;
+  std::vector<float> grads;
+  int64_t chunk_rows;
+};
+
+StepResult chunked_step(const ModelConfig& c, int64_t batch, int64_t chunk, int threads, int64_t run_batch,
+                        const std::vector<int32_t>& ids, const std::vector<int32_t>& targets) {
+  Model m = build_model(c, batch);
+  ExecutorOptions o;
+  o.threads = threads;
+  o.seed = 7;
+  o.adaptive_threads = false;
+  o.train_chunk_rows = chunk;
+  Executor ex(*m.graph, o);
+  std::vector<int32_t> i(ids.begin(), ids.begin() + run_batch * c.seq_len),
+      t(targets.begin(), targets.begin() + run_batch * c.seq_len);
+  load(ex, m, i, t);
+  ex.train_step(nullptr);
+  return {ex.f32(m.loss.id())[0], std::vector<float>(ex.grads(), ex.grads() + ex.param_count()), ex.chunk_rows()};
+}
+
+}  // namespace
+
+TEST_CASE("a training step in chunks of batch entries: the whole batch's loss and gradients") {
+  for (ModelConfig c : configs_under_test()) {
+    SECTION(c.task) {
+      const int64_t batch = 13;
+      Rng rng(5);
+      std::vector<int32_t> ids, targets;
+      fill_batch(c, rng, batch, ids, targets);
+      // Ignored positions, unevenly over the chunks: the mean is over the whole batch's count.
+      for (size_t k = 0; k < targets.size(); k += 3) targets[k] = -1;
+      for (int64_t k = 0; k < 2 * c.seq_len; ++k) targets[static_cast<size_t>(k)] = -1;
+      const StepResult whole = chunked_step(c, batch, 0, 1, batch, ids, targets);
+      REQUIRE(whole.chunk_rows == 0);
+      for (int64_t chunk : {int64_t{1}, int64_t{4}, int64_t{5}}) {  // 13 = 3 × 4 + 1: a short last chunk
+        INFO("chunks of " << chunk);
+        const StepResult got = chunked_step(c, batch, chunk, 1, batch, ids, targets);
+        REQUIRE(got.chunk_rows == chunk);
+        CHECK(got.loss == Approx(whole.loss).epsilon(2e-6));
+        require_grads_close(got.grads, whole.grads, 2e-5f);
+        // The double reference of the same batch.
+        Model m = build_model(c, batch);
+        Executor ex(*m.graph, {1, 7});
+        const double ref = test::ref_loss(c, test::ref_params(*m.graph, ex.params()), ids, targets, batch);
+        CHECK(got.loss == Approx(ref).epsilon(1e-5));
+        // Thread-count invariance holds in chunks too: the chunk size never depends on it.
+        const StepResult two = chunked_step(c, batch, chunk, 2, batch, ids, targets);
+        REQUIRE(two.loss == got.loss);
+        REQUIRE(two.grads == got.grads);
+      }
+      // A smaller batch than the graph's: chunks of its own rows (5 = 4 + 1), or one.
+      const StepResult small_whole = chunked_step(c, batch, 0, 1, 5, ids, targets);
+      for (int64_t chunk : {int64_t{4}, int64_t{8}}) {
+        const StepResult small = chunked_step(c, batch, chunk, 1, 5, ids, targets);
+        CHECK(small.loss == Approx(small_whole.loss).epsilon(2e-6));
+        require_grads_close(small.grads, small_whole.grads, 2e-5f);
+      }
+    }
+  }
+}
+
+TEST_CASE("training in chunks: Adam steps and evaluations as with whole batches") {
+  ModelConfig c = lesson_config("reversal");
+  const int64_t batch = 16;
+  Rng rng(9);
+  std::vector<int32_t> ids, targets;
+  fill_batch(c, rng, batch, ids, targets);
+  Model mw = build_model(c, batch), mc = build_model(c, batch);
+  ExecutorOptions o;
+  o.seed = 3;
+  o.train_chunk_rows = 0;
+  Executor whole(*mw.graph, o);
+  o.train_chunk_rows = 3;
+  Executor chunked(*mc.graph, o);
+  REQUIRE(chunked.chunk_rows() == 3);
+  Adam aw(whole.param_count(), AdamOptions{0.01f}), ac(chunked.param_count(), AdamOptions{0.01f});
+  load(whole, mw, ids, targets);
+  load(chunked, mc, ids, targets);
+  for (int s = 0; s < 5; ++s) {
+    whole.train_step(&aw);
+    chunked.train_step(&ac);
+    INFO("step " << s);
+    CHECK(chunked.f32(mc.loss.id())[0] == Approx(whole.f32(mw.loss.id())[0]).epsilon(1e-4));
+  }
+  // An evaluation on the same parameters: every row's kept logits, computed chunk by chunk.
+  std::copy(whole.params(), whole.params() + whole.param_count(), chunked.params());
+  whole.forward();
+  chunked.forward();
+  const int64_t n = batch * c.seq_len * c.classes;
+  const std::vector<float> lw(whole.f32(mw.logits.id()), whole.f32(mw.logits.id()) + n);
+  const std::vector<float> lc(chunked.f32(mc.logits.id()), chunked.f32(mc.logits.id()) + n);
+  require_grads_close(lc, lw, 1e-5f);
+  CHECK(chunked.f32(mc.loss.id())[0] == Approx(whole.f32(mw.loss.id())[0]).epsilon(1e-6));
+}
+
+TEST_CASE("training in chunks only where every node allows it") {
+  // A loss read again in the forward (here: scaled) is the mean of one chunk while the chunks
+  // run: such a graph trains on whole batches.
+  Graph g(4);
+  Tensor x = g.input("x", {3, 5}, DType::kF32);
+  Tensor y = g.input("y", {3}, DType::kI32);
+  Linear lin(g, "lin", 5, 4);
+  Tensor loss = cross_entropy(lin(x), y);
+  Tensor scaled = loss * 2.0f;
+  g.keep(scaled);
+  g.backward(scaled);
+  ExecutorOptions o;
+  o.train_chunk_rows = 2;
+  Executor ex(g, o);
+  CHECK(ex.chunk_rows() == 0);
+  // The same graph without it trains in chunks.
+  Graph h(4);
+  Tensor hx = h.input("x", {3, 5}, DType::kF32);
+  Tensor hy = h.input("y", {3}, DType::kI32);
+  Linear hlin(h, "lin", 5, 4);
+  h.backward(cross_entropy(hlin(hx), hy));
+  Executor hex(h, o);
+  CHECK(hex.chunk_rows() == 2);
+}
+
+}  // namespace attnkit
