@@ -296,7 +296,9 @@ int main(int argc, char** argv) {
         std::printf("== %s, batch %lld (%s), %d thread(s), SIMD target %s, products on %s, %zu nodes, %lld barriers "
                     "per step: ",
                     task.c_str(), static_cast<long long>(batch),
-                    run.ex->chunk_rows() > 0 ? ("in chunks of " + std::to_string(run.ex->chunk_rows())).c_str() : "whole",
+                    (run.ex->chunk_rows() > 0 ? "in chunks of " + std::to_string(run.ex->chunk_rows()) : std::string("whole"))
+                        .append(", arena " + std::to_string(run.ex->plan().arena_bytes) + " bytes")
+                        .c_str(),
                     threads, simd_target_name(), products_name(), run.m.graph->nodes().size(),
                     static_cast<long long>(run.ex->barriers_per_step()));
         std::fputs(run.ex->profile_report(1000).c_str(), stdout);
