@@ -460,6 +460,10 @@ ATTNKIT_AMX_BF16 void multiply_amx(const uint16_t* pa, const uint16_t* pb, int64
   alignas(64) float acc[32 * 32];
   constexpr int64_t kStride = 64;  // bytes between tile rows in the packed operands
   const int64_t ld_bytes = ld * 4;
+  // C = A·B into whole blocks (one k block, alpha 1, beta 0, no epilogue): see below. (Not for
+  // beta 1: tiles starting from C would add in another order than sum-then-add-C, and a plain
+  // product must stay bitwise the fused epilogue's.)
+  const bool direct = first && last && o.alpha == 1.0f && o.beta == 0.0f && !o.epilogue;
   const int64_t panel = panel_tiles(kt, nt);
   for (int64_t n0 = 0; n0 < nt; n0 += panel) {
     const int64_t n1 = std::min(nt, n0 + panel);
@@ -472,6 +476,33 @@ ATTNKIT_AMX_BF16 void multiply_amx(const uint16_t* pa, const uint16_t* pb, int64
         const uint16_t* b0 = pb + tn * kt * kTileElems;
         const uint16_t* b1 = b0 + kt * kTileElems;
         float* p = partial ? partial + tm * kTile * ld + tn * kTile : nullptr;
+        const int64_t jb = j0 + tn * kTile;
+        // A whole 32 × 32 block of C = A·B: the tiles are stored straight into C, with no pass
+        // through acc and no vector loads waiting for the tile stores.
+        if (direct && ib + 2 * kTile <= o.i1 && jb + 2 * kTile <= o.j1) {
+          float* c = o.c + ib * o.ldc + jb;
+          const int64_t ldc_bytes = o.ldc * 4;
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
+          for (int64_t tk = 0; tk < kt; ++tk) {
+            const int64_t off = tk * kTileElems;
+            _tile_loadd(4, a0 + off, kStride);
+            _tile_loadd(6, b0 + off, kStride);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_loadd(7, b1 + off, kStride);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_loadd(5, a1 + off, kStride);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+          }
+          _tile_stored(0, c, ldc_bytes);
+          _tile_stored(1, c + kTile, ldc_bytes);
+          _tile_stored(2, c + kTile * o.ldc, ldc_bytes);
+          _tile_stored(3, c + kTile * o.ldc + kTile, ldc_bytes);
+          continue;
+        }
         if (first) {
           _tile_zero(0);
           _tile_zero(1);
