@@ -109,6 +109,7 @@ TEST_CASE("train reversal at the lesson's settings: accuracy, files numpy reads,
   CHECK(metrics["steps"] == 3 * 63);  // 2000 / 32 → 63 batches, the last one partial
   CHECK(metrics["val_accuracy"].get<double>() > 0.9);  // chance is 0.1
   CHECK(metrics["arena_bytes"].get<int64_t>() >= metrics["arena_lower_bound_bytes"].get<int64_t>());
+  CHECK(metrics["train_chunk_rows"] == 0);  // a lesson model's arena is small: whole batches
 
   const auto meta = json_file(run / "meta.json");
   CHECK(meta["tokens"].size() == 8);

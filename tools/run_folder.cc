@@ -330,6 +330,8 @@ RunContents train_contents(Trainer& trainer, const EarlierRun& earlier, const Tr
       {"ranks", trainer.ranks()},
       {"arena_bytes", ex.plan().arena_bytes},
       {"arena_lower_bound_bytes", ex.plan().lower_bound_bytes},
+      // Batch entries per chunk of a training step (ExecutorOptions::train_chunk_rows), 0: whole batches.
+      {"train_chunk_rows", ex.chunk_rows()},
       {"param_count", ex.param_count()},
       {"batch_size", options.training.batch_size},
       {"lr", options.training.lr},
