@@ -171,6 +171,9 @@ constexpr int64_t kMinChunkRows = 1024;
 MemoryPlan Executor::make_plan(const Graph& graph, const ExecutorOptions& options) {
   const int64_t max_batch = graph.max_batch();
   if (graph.has_backward()) {
+    if (options.train_chunk_rows < -1)
+      throw Error("executor: train_chunk_rows must be -1 (by the arena's size), 0 (whole batches) or a number of "
+                  "batch entries, got " + std::to_string(options.train_chunk_rows));
     if (options.train_chunk_rows == 0 || max_batch < 2 || !trains_row_by_row(graph)) return plan_memory(graph);
     int64_t rows = options.train_chunk_rows;
     if (rows < 0) {

@@ -35,10 +35,12 @@ std::string float_text(float v) {
 
 // An inference runner's parameters change only through load(): its weights-only nodes run
 // on the first call after it (see ExecutorOptions::fixed_parameters).
-ExecutorOptions runner_options(int threads, uint64_t seed, bool with_backward, Precision precision) {
+ExecutorOptions runner_options(int threads, uint64_t seed, bool with_backward, Precision precision,
+                               int64_t train_chunk_rows) {
   ExecutorOptions o{threads, seed};
   o.fixed_parameters = !with_backward;
   o.precision = precision;
+  o.train_chunk_rows = train_chunk_rows;
   return o;
 }
 
@@ -52,10 +54,10 @@ std::string fingerprint_text(uint64_t h) {
 }  // namespace
 
 ModelRunner::ModelRunner(const ModelConfig& config, int64_t max_batch, int threads, uint64_t seed,
-                         bool with_backward, Precision precision) try
+                         bool with_backward, Precision precision, int64_t train_chunk_rows) try
     : model_(build_model(config, max_batch, with_backward)),
-      executor_(std::make_unique<Executor>(*model_.graph,
-                                           runner_options(threads, seed, with_backward, precision))) {
+      executor_(std::make_unique<Executor>(
+          *model_.graph, runner_options(threads, seed, with_backward, precision, train_chunk_rows))) {
 } catch (const std::bad_alloc&) {
   too_large(config, max_batch, "out of memory");
 } catch (const std::length_error&) {
@@ -108,7 +110,8 @@ int64_t share_begin(int64_t n, int k, int size) { return n * k / size; }
 Trainer::Trainer(const ModelConfig& config, const TrainerOptions& options, TaskData data)
     : options_(checked(options)),
       data_(std::move(data)),
-      runner_(config, max_train_batch(options_, data_), options.threads, options.seed, true, options.precision),
+      runner_(config, max_train_batch(options_, data_), options.threads, options.seed, true, options.precision,
+              options.train_chunk_rows),
       order_rng_(options.seed + 1),
       group_(group_of(options_)) {
   const TrainingConfig& t = options_.training;

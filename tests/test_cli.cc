@@ -131,6 +131,29 @@ print(int((a[0, 0].argmax(-1) == np.arange(8)[::-1]).sum()))
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 1 + 3 * 63);
 }
 
+TEST_CASE("train --train-chunk: steps in chunks of sequences, the whole batches' losses, a smaller arena") {
+  const fs::path dir = scratch("train-chunk");
+  nlohmann::json m[2];
+  for (int chunk : {0, 5}) {
+    const fs::path run = dir / ("run" + std::to_string(chunk));
+    const Result r = attnkit("train reversal --epochs 1 --no-pictures --train-chunk " + std::to_string(chunk) +
+                                 " --out '" + run.string() + "'",
+                             dir);
+    REQUIRE(r.code == 0);
+    CHECK((r.out.find("steps in chunks of 5 sequences") != std::string::npos) == (chunk == 5));
+    m[chunk ? 1 : 0] = json_file(run / "metrics.json");
+  }
+  CHECK(m[0]["train_chunk_rows"] == 0);
+  CHECK(m[1]["train_chunk_rows"] == 5);
+  CHECK(m[1]["arena_bytes"].get<int64_t>() < m[0]["arena_bytes"].get<int64_t>());
+  // 63 steps of batch 32 as 7 chunks each: the same run up to float rounding in the sums.
+  CHECK(m[1]["final_loss"].get<double>() == Approx(m[0]["final_loss"].get<double>()).epsilon(1e-4));
+  CHECK(m[1]["val_accuracy"].get<double>() == Approx(m[0]["val_accuracy"].get<double>()).margin(0.01));
+  const Result bad = attnkit("train reversal --train-chunk -2", dir);
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("--train-chunk") != std::string::npos);
+}
+
 TEST_CASE("train two layers: rollout.npy, then eval and infer on the checkpoint") {
   const fs::path dir = scratch("induction");
   const std::string run = (dir / "run").string();

@@ -44,6 +44,7 @@ struct TrainArgs {
   bool causal = false, pre_norm = false, quiet = false, no_pictures = false, profile = false;
   std::string snapshot_steps, data, out, resume;
   std::string precision = "f32";  // f32 or bf16 (ExecutorOptions::precision)
+  int64_t train_chunk = -1;       // ExecutorOptions::train_chunk_rows
   std::vector<std::string> given;
   bool has(const std::string& flag) const;
 };

@@ -236,6 +236,7 @@ int run_train(const TrainArgs& a, Collective* group) {
   }
   options.threads = a.threads;
   options.precision = parse_precision(a.precision);
+  options.train_chunk_rows = a.train_chunk;
   options.profile = a.profile;
   options.collective = group;
   if (options.training.batch_size % ranks != 0)
@@ -325,10 +326,11 @@ int run_train(const TrainArgs& a, Collective* group) {
     if (!quiet && std::string(state) != "in progress") {
       fmt::print("{}: validation accuracy {:.4f} ({} of {} positions), final loss {:.4f}\n", config.task, acc.value(),
                  acc.correct, acc.total, losses.empty() ? 0.0f : losses.back());
-      fmt::print("{} steps in {:.2f} s ({:.0f} steps/s, {}{} thread{}), arena {} bytes (lower bound {})\n", steps_here,
-                 seconds, seconds > 0 ? static_cast<double>(steps_here) / seconds : 0.0,
+      fmt::print("{} steps in {:.2f} s ({:.0f} steps/s, {}{} thread{}), arena {} bytes (lower bound {}{})\n",
+                 steps_here, seconds, seconds > 0 ? static_cast<double>(steps_here) / seconds : 0.0,
                  ranks > 1 ? fmt::format("{} ranks × ", ranks) : "", options.threads, options.threads == 1 ? "" : "s",
-                 ex.plan().arena_bytes, ex.plan().lower_bound_bytes);
+                 ex.plan().arena_bytes, ex.plan().lower_bound_bytes,
+                 ex.chunk_rows() > 0 ? fmt::format("; steps in chunks of {} sequences", ex.chunk_rows()) : "");
       if (ranks > 1)
         fmt::print("summed {} bytes per step across the ranks, {:.3f} s of {:.2f} in the sums (rank 0)\n",
                    steps_here > 0 ? group->bytes_summed() / steps_here : 0,
