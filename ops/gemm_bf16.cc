@@ -477,32 +477,6 @@ ATTNKIT_AMX_BF16 void multiply_amx(const uint16_t* pa, const uint16_t* pb, int64
         const uint16_t* b1 = b0 + kt * kTileElems;
         float* p = partial ? partial + tm * kTile * ld + tn * kTile : nullptr;
         const int64_t jb = j0 + tn * kTile;
-        // A whole 32 × 32 block of C = A·B: the tiles are stored straight into C, with no pass
-        // through acc and no vector loads waiting for the tile stores.
-        if (direct && ib + 2 * kTile <= o.i1 && jb + 2 * kTile <= o.j1) {
-          float* c = o.c + ib * o.ldc + jb;
-          const int64_t ldc_bytes = o.ldc * 4;
-          _tile_zero(0);
-          _tile_zero(1);
-          _tile_zero(2);
-          _tile_zero(3);
-          for (int64_t tk = 0; tk < kt; ++tk) {
-            const int64_t off = tk * kTileElems;
-            _tile_loadd(4, a0 + off, kStride);
-            _tile_loadd(6, b0 + off, kStride);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_loadd(7, b1 + off, kStride);
-            _tile_dpbf16ps(1, 4, 7);
-            _tile_loadd(5, a1 + off, kStride);
-            _tile_dpbf16ps(2, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
-          }
-          _tile_stored(0, c, ldc_bytes);
-          _tile_stored(1, c + kTile, ldc_bytes);
-          _tile_stored(2, c + kTile * o.ldc, ldc_bytes);
-          _tile_stored(3, c + kTile * o.ldc + kTile, ldc_bytes);
-          continue;
-        }
         if (first) {
           _tile_zero(0);
           _tile_zero(1);
@@ -525,12 +499,21 @@ ATTNKIT_AMX_BF16 void multiply_amx(const uint16_t* pa, const uint16_t* pb, int64
           _tile_dpbf16ps(2, 5, 6);
           _tile_dpbf16ps(3, 5, 7);
         }
-        if (last) {
+        if (direct && ib + 2 * kTile <= o.i1 && jb + 2 * kTile <= o.j1) {
+          // A whole 32 × 32 block of C = A·B: the tiles are stored straight into C, with no pass
+          // through acc and no vector loads waiting for the tile stores.
+          float* c = o.c + ib * o.ldc + jb;
+          const int64_t ldc_bytes = o.ldc * 4;
+          _tile_stored(0, c, ldc_bytes);
+          _tile_stored(1, c + kTile, ldc_bytes);
+          _tile_stored(2, c + kTile * o.ldc, ldc_bytes);
+          _tile_stored(3, c + kTile * o.ldc + kTile, ldc_bytes);
+        } else if (last) {
           _tile_stored(0, acc, 128);
           _tile_stored(1, acc + 16, 128);
           _tile_stored(2, acc + 16 * 32, 128);
           _tile_stored(3, acc + 16 * 32 + 16, 128);
-          store_block(acc, 2 * kTile, o, ib, j0 + tn * kTile);
+          store_block(acc, 2 * kTile, o, ib, jb);
         } else {
           _tile_stored(0, p, ld_bytes);
           _tile_stored(1, p + kTile, ld_bytes);
