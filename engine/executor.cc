@@ -125,12 +125,16 @@ bool trains_row_by_row(const Graph& g) {
         if (!batched_in) return false;
       } else if (batch_made_in) {
         if (forward && (n.op != OpKind::kCrossEntropy || o != 0 || !d.keep)) return false;
+        if (!forward && d.keep) return false;  // a kept gradient (retain_grad) would hold the last chunk's share
         if (forward) loss[static_cast<size_t>(t)] = true;
         from_batch[static_cast<size_t>(t)] = !forward;
       }
     }
     for (TensorId t : n.scratch)
       if (t != kNoTensor && g.tensor(t).batched && !batched_in) return false;
+    // The cross-entropy counts the whole batch's positions from its chunk's: batched logits only.
+    if ((n.op == OpKind::kCrossEntropy || n.op == OpKind::kCrossEntropyBackward) && !g.tensor(n.in[0]).batched)
+      return false;
     if (!touches_batch) continue;
     switch (n.op) {
       case OpKind::kEmbedding: case OpKind::kLinear: case OpKind::kAdd: case OpKind::kRelu:

@@ -74,9 +74,10 @@ MemoryPlan plan_memory(const Graph& g, const PlanOptions& options) {
   if (plan.rows > 0 && g.has_backward())
     for (size_t t = 0; t < nt; ++t)
       if (plan.first_use[t] >= 0 && tensors[t].keep && !tensors[t].batched) plan.first_use[t] = 0;
-  // A chunked run computes the graph's unbatched prefix once and then runs the rest chunk by
-  // chunk: what the prefix writes for the rest lives until the last chunk is done.
-  if (plan.rows > 0) {
+  // A chunked inference run computes the graph's unbatched prefix once and then runs the rest
+  // chunk by chunk: what the prefix writes for the rest lives until the last chunk is done. (A
+  // chunked training step runs every node for each chunk.)
+  if (plan.rows > 0 && !g.has_backward()) {
     const int64_t prefix = static_cast<int64_t>(g.unbatched_prefix());
     for (size_t t = 0; t < nt; ++t)
       if (plan.first_use[t] >= 0 && plan.first_use[t] < prefix && plan.last_use[t] >= prefix) plan.last_use[t] = end;

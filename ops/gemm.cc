@@ -135,6 +135,15 @@ class ProductTimer {
   std::chrono::steady_clock::time_point start_;
 };
 
+// In a product's own parallel region: each thread's share is part of the product the calling
+// thread times, not a product of its own.
+struct InsideProduct {
+  InsideProduct() { ++t_timing_depth; }
+  ~InsideProduct() { --t_timing_depth; }
+  InsideProduct(const InsideProduct&) = delete;
+  InsideProduct& operator=(const InsideProduct&) = delete;
+};
+
 // Below this many multiply-adds a parallel region costs more than it saves.
 constexpr int64_t kParallelWork = int64_t{1} << 18;
 
@@ -277,6 +286,7 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
   }
 #pragma omp parallel
   {
+    const InsideProduct inside;
     const Slice s{omp_get_thread_num(), omp_get_num_threads()};
     sgemm_slice(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, s);
   }
@@ -397,6 +407,7 @@ void sgemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int
   }
 #pragma omp parallel
   {
+    const InsideProduct inside;
     const Slice s{omp_get_thread_num(), omp_get_num_threads()};
     sgemm_batched_slice(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, batch,
                         s);

@@ -621,6 +621,34 @@ TEST_CASE("training in chunks only where every node allows it") {
   h.backward(cross_entropy(hlin(hx), hy));
   Executor hex(h, o);
   CHECK(hex.chunk_rows() == 2);
+  // tok(ids) + pos(positions) chunks (the position table's gradient is summed over rows, per
+  // chunk); a retained gradient of the unbatched pos(positions) would hold one chunk's share.
+  for (bool retain : {false, true}) {
+    Graph p(4);
+    Tensor ids = p.input("ids", {3}, DType::kI32);
+    Tensor positions = p.input_unbatched("positions", {3}, DType::kI32);
+    Tensor targets = p.input("targets", {3}, DType::kI32);
+    Embedding tok(p, "tok", 6, 5), pos(p, "pos", 3, 5);
+    Tensor where = pos(positions);
+    Linear head(p, "head", 5, 4);
+    Tensor l = cross_entropy(head(tok(ids) + where), targets);
+    if (retain) p.retain_grad(where);
+    p.backward(l);
+    Executor pex(p, o);
+    CHECK(pex.chunk_rows() == (retain ? 0 : 2));
+  }
+  // A cross-entropy over unbatched logits: the chunks would count it once each.
+  Graph u(4);
+  Tensor ux = u.input_unbatched("x", {3, 5}, DType::kF32);
+  Tensor uy = u.input_unbatched("y", {3}, DType::kI32);
+  Tensor bx = u.input("bx", {3, 5}, DType::kF32);
+  Linear ul(u, "lin", 5, 4);
+  Tensor ulogits = ul(ux);
+  Tensor unused = ul(bx);
+  u.keep(unused);
+  u.backward(cross_entropy(ulogits, uy));
+  Executor uex(u, o);
+  CHECK(uex.chunk_rows() == 0);
 }
 
 }  // namespace attnkit

@@ -804,4 +804,14 @@ TEST_CASE("product timing counts each outermost product call once, only while on
   REQUIRE(c[0] == Approx(48 * 0.5 * 0.25));  // timing changes no result
   attnkit::reset_gemm_timing();
   CHECK(attnkit::gemm_timing().calls == 0);
+  // Products big enough for their own parallel region count once, not once per thread.
+  std::vector<float> big_a(300 * 200, 0.5f), big_b(200 * 300, 0.25f), big_c(300 * 300, 0.0f);
+  omp_set_num_threads(2);
+  attnkit::set_gemm_timing(true);
+  attnkit::sgemm(false, true, 300, 300, 200, 1.0f, big_a.data(), 200, big_b.data(), 200, 0.0f, big_c.data(), 300);
+  attnkit::sgemm_strided_batched(false, false, 30, 30, 30, 1.0f, big_a.data(), 30, 900, big_b.data(), 30, 900, 0.0f,
+                                 big_c.data(), 30, 900, 60);
+  attnkit::set_gemm_timing(false);
+  CHECK(attnkit::gemm_timing().calls == 2);
+  attnkit::reset_gemm_timing();
 }
