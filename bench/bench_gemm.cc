@@ -115,11 +115,16 @@ struct StepGemm {
   int64_t a_batch = 0, a_head = 0, b_batch = 0, b_head = 0, c_batch = 0, c_head = 0;
 };
 
+// A step product's leading dimensions: as given, or its operands' row lengths.
+struct Leading {
+  int64_t lda, ldb, ldc;
+  explicit Leading(const StepGemm& s)
+      : lda(s.lda ? s.lda : (s.ta ? s.m : s.k)), ldb(s.ldb ? s.ldb : (s.tb ? s.k : s.n)), ldc(s.ldc ? s.ldc : s.n) {}
+};
+
 // The operands of one step product, sized by its leading dimensions and batch strides.
 Operands operands_for(const StepGemm& s) {
-  const int64_t lda = s.lda ? s.lda : (s.ta ? s.m : s.k);
-  const int64_t ldb = s.ldb ? s.ldb : (s.tb ? s.k : s.n);
-  const int64_t ldc = s.ldc ? s.ldc : s.n;
+  const auto [lda, ldb, ldc] = Leading(s);
   const int64_t batches = s.count / s.heads;
   const int64_t a_size = s.count == 1 ? (s.ta ? s.k : s.m) * lda : batches * s.a_batch;
   const int64_t b_size = s.count == 1 ? (s.tb ? s.n : s.k) * ldb : batches * s.b_batch;
@@ -133,9 +138,7 @@ void run_one_thread(Impl impl, const StepGemm& s, Operands& x, const std::vector
   const bool use_openblas = impl == Impl::kOpenBLAS;
   attnkit::Slice one;
   one.bf16 = impl == Impl::kBf16;
-  const int64_t lda = s.lda ? s.lda : (s.ta ? s.m : s.k);
-  const int64_t ldb = s.ldb ? s.ldb : (s.tb ? s.k : s.n);
-  const int64_t ldc = s.ldc ? s.ldc : s.n;
+  const auto [lda, ldb, ldc] = Leading(s);
   for (int64_t p = 0; p < s.count; ++p) {
     const int64_t bi = p / s.heads, hi = p % s.heads;
     const float* a = x.a.data() + bi * s.a_batch + hi * s.a_head;
@@ -166,9 +169,7 @@ void run_one_thread(Impl impl, const StepGemm& s, Operands& x, const std::vector
 void BM_step(benchmark::State& state, Impl impl, StepGemm s, int threads) {
   set_threads(threads);
   const bool use_openblas = impl == Impl::kOpenBLAS, bf16 = impl == Impl::kBf16;
-  const int64_t lda = s.lda ? s.lda : (s.ta ? s.m : s.k);
-  const int64_t ldb = s.ldb ? s.ldb : (s.tb ? s.k : s.n);
-  const int64_t ldc = s.ldc ? s.ldc : s.n;
+  const auto [lda, ldb, ldc] = Leading(s);
   const int64_t batches = s.count / s.heads;
   Operands x = operands_for(s);
   const std::vector<float> bias(static_cast<size_t>(s.n), 0.25f);

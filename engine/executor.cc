@@ -452,21 +452,15 @@ void Executor::forward() {
   const int threads = threads_for_run();
   const auto start = std::chrono::steady_clock::now();
   if (plan_.rows > 0 && batch_ > plan_.rows) {  // chunk by chunk (see ExecutorOptions::chunk_bytes)
-    struct Whole {  // back to the whole batch after the run, also when it throws
-      Executor& ex;
-      ~Whole() { ex.row0_ = 0, ex.rows_now_ = ex.batch_; }
-    } whole{*this};
     // The weights-only nodes first, once (an inference graph has them in front), then the rest
     // for each chunk of rows.
     const size_t prefix = graph_.unbatched_prefix();
     const bool run_prefix = prefix > 0 && !(fixed_parameters_ && prefix_current_);
     if (run_prefix) run_nodes(0, prefix, nullptr, threads);
     prefix_current_ = true;
-    for (int64_t r = 0; r < batch_; r += plan_.rows) {
-      row0_ = r;
-      rows_now_ = std::min(plan_.rows, batch_ - r);
-      run_nodes(prefix, graph_.forward_nodes(), nullptr, threads, /*count_profiled_run=*/!run_prefix && r == 0);
-    }
+    run_chunks([&] {
+      run_nodes(prefix, graph_.forward_nodes(), nullptr, threads, /*count_profiled_run=*/!run_prefix && row0_ == 0);
+    });
   } else if (plan_.rows > 0 && fixed_parameters_ && prefix_current_) {
     // One chunk's rows or fewer, the weights-only results still there (a chunked plan).
     run_nodes(graph_.unbatched_prefix(), graph_.forward_nodes(), nullptr, threads);
@@ -493,16 +487,11 @@ void Executor::train_step(Adam* optimizer, GradientHook* hook) {
     explicit Training(bool& b) : on(b) { on = true; }
     ~Training() { on = false; }
   } training(training_);
-  if (plan_.rows > 0 && batch_ > plan_.rows) {
-    // Chunk by chunk: forward and backward of each, the parameter gradients zeroed before the
-    // first and summed over all; then the update.
+  if (hook || (plan_.rows > 0 && batch_ > plan_.rows)) {
+    // Forward and backward (chunk by chunk in a chunked plan: the parameter gradients zeroed
+    // before the first chunk and summed over all), the hook, then the update.
     run_chunks([&] { run_nodes(0, graph_.nodes().size(), nullptr, threads, row0_ == 0, row0_ == 0); });
     if (hook) hook->on_gradients(grads_.f32(), graph_.param_count());
-    if (optimizer)
-      run_nodes(graph_.nodes().size(), graph_.nodes().size(), optimizer, threads, /*count_profiled_run=*/false);
-  } else if (hook) {
-    run_nodes(0, graph_.nodes().size(), nullptr, threads);
-    hook->on_gradients(grads_.f32(), graph_.param_count());
     if (optimizer)  // the update of the same step: not a profiled run of its own
       run_nodes(graph_.nodes().size(), graph_.nodes().size(), optimizer, threads, /*count_profiled_run=*/false);
   } else {
