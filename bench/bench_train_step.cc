@@ -4,7 +4,7 @@
 //   bench_train_step [--batch=N] [--models=neighbor-sum,duplicates,reversal,reversal-large,neighbor-sum-003]
 //                    [--threads=1,2] [--adaptive=0|1] [--fold=0|1] [--fuse=0|1] [--index-values=0|1]
 //                    [--profile=STEPS] [--precision=f32|bf16] [--gemm=attnkit|openblas]
-//                    [--train-chunk=-1|0|N]
+//                    [--train-chunk=-1|0|N] [--pack-cache=0|1]
 //                    [Google Benchmark flags, e.g. --benchmark_min_time=0.5]
 //
 // The default models are the three lessons and "reversal-large", the compute-bound
@@ -22,6 +22,8 @@
 // time per step spent inside the products (every sgemm call of the step, see set_gemm_timing).
 // --train-chunk sets ExecutorOptions::train_chunk_rows (-1 automatic, 0 whole batches, N
 // batch entries a chunk).
+// --pack-cache=0 makes every bf16 product pack its weights again (set_bf16_pack_cache), as
+// before the packed weights were kept for the chunks of a step.
 // --gemm=openblas runs every product of the step on OpenBLAS's cblas_sgemm instead of attnkit's
 // kernels (float32; with --profile: the large model's products in place, attnkit vs OpenBLAS).
 // Token batches (with the task's true targets) are generated before timing; a few distinct
@@ -248,6 +250,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench_train_step: --train-chunk must be -1, 0 or a positive number of batch entries, got '%s'\n", v.c_str());
         return 2;
       }
+    } else if (take_flag(argc, argv, i, "--pack-cache", &v)) {
+      set_bf16_pack_cache(v != "0");
     } else if (take_flag(argc, argv, i, "--fuse", &v)) {
       g_fuse = v != "0";
     } else if (take_flag(argc, argv, i, "--index-values", &v)) {

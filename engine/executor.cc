@@ -9,6 +9,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstring>
@@ -432,13 +433,21 @@ void Executor::run_chunks(Run run) {
   }
   struct Whole {  // back to the whole batch after the run, also when it throws
     Executor& ex;
-    ~Whole() { ex.row0_ = 0, ex.rows_now_ = ex.batch_; }
+    ~Whole() { ex.row0_ = 0, ex.rows_now_ = ex.batch_, ex.chunked_run_stamp_ = 0; }
   } whole{*this};
+  static std::atomic<uint64_t> last_stamp{0};  // unique over all executors of the process
+  chunked_run_stamp_ = ++last_stamp;
   for (int64_t r = 0; r < batch_; r += plan_.rows) {
     row0_ = r;
     rows_now_ = std::min(plan_.rows, batch_ - r);
     run();
   }
+}
+
+uint64_t Executor::constant_stamp(TensorId id) const {
+  if (chunked_run_stamp_ == 0) return 0;
+  const Storage where = graph_.tensor(id).storage;
+  return where == Storage::kParam || where == Storage::kConst ? chunked_run_stamp_ : 0;
 }
 
 void Executor::forward() {

@@ -89,6 +89,7 @@ class Executor final : public RunContext {
   int64_t batch() const override { return rows_now_; }
   int64_t chunk_first_row() const override { return row0_; }
   int64_t whole_batch() const override { return batch_; }
+  uint64_t constant_stamp(TensorId id) const override;
   // Rows of a chunk when large batches run in chunks (see ExecutorOptions::chunk_bytes),
   // else 0.
   int64_t chunk_rows() const { return plan_.rows; }
@@ -156,6 +157,7 @@ class Executor final : public RunContext {
   // A chunked run's current chunk: its first row and its rows (row0_ 0 and rows_now_ batch_
   // outside chunked runs).
   int64_t row0_ = 0, rows_now_;
+  uint64_t chunked_run_stamp_ = 0;  // while a run goes chunk by chunk: its constant_stamp
   AlignedBuffer arena_, params_, grads_, inputs_, consts_, kept_;
   std::vector<int64_t> input_offsets_;
   // barrier_before_[i]: threads must all finish the nodes before node i first (it reads or

@@ -35,6 +35,7 @@ void linear_run(const RunContext& c, const Node& n, Slice s) {
   e.relu = n.attrs.relu;  // y = max(x·W + b, 0) (a fused ReLU, see Graph::fuse_elementwise)
   if (n.in.size() > 3) e.addend = c.f32(n.in[3]), e.ld_addend = out;  // a fused residual sum
   e.relu_last = n.attrs.relu_last;  // max(x·W + b + r, 0)
+  e.b_stamp = c.constant_stamp(n.in[1]);  // W packed once per chunked run (bf16)
   // Accumulating (inference graphs, Graph::fuse_residual_relu): y = relu(x·W + y + b), y
   // written before by a lookup.
   sgemm_epilogue_slice(false, false, rows, out, in, 1.0f, c.f32(n.in[0]), in, c.f32(n.in[1]),
@@ -64,6 +65,7 @@ void linear_backward_run(const RunContext& c, const Node& n, Slice s) {
   if (n.out[0] != kNoTensor) {
     GemmEpilogue e;
     if (n.attrs.relu) e.mask = x, e.ldm = in;
+    e.b_stamp = c.constant_stamp(n.in[1]);
     sgemm_epilogue_slice(false, true, rows, in, out, 1.0f, dy, out, w, out,
                          n.accumulates(0) ? 1.0f : 0.0f, c.f32(n.out[0]), in, e, s);
   }

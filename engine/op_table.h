@@ -23,6 +23,10 @@ class RunContext {
   // over the whole batch (the cross-entropy's mean) use them; inputs stay whole in memory.
   virtual int64_t chunk_first_row() const { return 0; }
   virtual int64_t whole_batch() const { return batch(); }
+  // Nonzero when tensor id (a parameter or constant) keeps its values through all of this run
+  // and the run uses it more than once (a run in chunks): a number no other run has, for
+  // GemmEpilogue::b_stamp (the bf16 products then pack such a weight once per run).
+  virtual uint64_t constant_stamp(TensorId id) const { return 0; }
   // Whether this run is a training step (Executor::train_step; false in Executor::forward):
   // dropout drops elements only then.
   virtual bool training() const { return false; }

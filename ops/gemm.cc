@@ -253,7 +253,7 @@ void bf16_product(const GemmArgs& g, const GemmEpilogue& e, Slice s) {
   if (!(sgemm_fuses_colsum(g.trans_b, g.m, g.n, g.k) && blk.i0 == 0)) be.colsum = nullptr;
   const bool any = be.bias || be.relu || be.mask || be.addend || be.colsum;
   bf16_gemm_block(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, g.a, g.lda, g.b, g.ldb, g.beta, g.c, g.ldc,
-                  blk.i0, blk.i1, blk.j0, blk.j1, any ? &be : nullptr);
+                  blk.i0, blk.i1, blk.j0, blk.j1, any ? &be : nullptr, e.b_stamp);
 }
 
 bool worth_threads(int64_t work) {

@@ -55,6 +55,10 @@ struct GemmEpilogue {
   int64_t ld_addend = 0;
   float* colsum = nullptr;
   bool colsum_accumulate = false;
+  // Not an epilogue but a promise about B: nonzero, B is the same in every product given this
+  // stamp, so the bf16 path packs it once per thread and reuses it (bf16_gemm_block's b_stamp,
+  // ops/gemm_bf16.h). The float32 paths ignore it.
+  uint64_t b_stamp = 0;
 };
 
 // Whether sgemm_epilogue_slice computes GemmEpilogue::colsum for a product of this shape (the

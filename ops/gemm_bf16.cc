@@ -29,6 +29,7 @@
 #include <mutex>
 #include <new>
 #include <tuple>
+#include <vector>
 
 #include "ops/gemm.h"
 
@@ -146,6 +147,88 @@ struct Scratch {
 Scratch& scratch() {
   thread_local Scratch s;
   return s;
+}
+
+// ---- Packed operands kept for reuse (bf16_gemm_block's b_stamp) -----------------------------
+
+std::atomic<bool> g_pack_cache{true};
+
+// A thread's packed forms of B operands that stay the same for a whole run (the weights of a
+// chunked training step: every chunk's forward and backward multiply by them). Entries are
+// found by where B is and how this thread packs it; one whose stamp is the run's is reused
+// as it is, one from another run is packed again in place. Grow-only: the entries of a model's
+// weights are made in its first run and found again by every later one (no allocation).
+class PackCache {
+ public:
+  static constexpr size_t kMaxEntries = 64;
+  static constexpr size_t kMaxBytes = size_t{256} << 20;  // per thread; beyond it, no caching
+
+  struct Key {
+    const float* b;
+    int64_t ldb, k, j0, j1, kc;
+    bool trans_b, amx;
+    bool operator==(const Key& o) const {
+      return b == o.b && ldb == o.ldb && k == o.k && j0 == o.j0 && j1 == o.j1 && kc == o.kc &&
+             trans_b == o.trans_b && amx == o.amx;
+    }
+  };
+  struct Slot {
+    uint16_t* data;  // nullptr: cannot cache (pack into scratch as usual)
+    bool packed;     // already holds B packed for this stamp
+  };
+
+  // The buffer for B of `key` under `stamp` (elems bf16 values: all of B's tiles).
+  Slot find(const Key& key, uint64_t stamp, size_t elems) {
+    const size_t bytes = elems * sizeof(uint16_t);
+    Entry* reuse = nullptr;
+    for (Entry& e : entries_) {
+      if (e.key == key) {
+        if (e.stamp == stamp) return {e.data.get(), true};
+        reuse = &e;
+        break;
+      }
+    }
+    if (!reuse) {  // a new entry, or the buffer of one left from another run
+      if (entries_.size() < kMaxEntries && total_ + bytes <= kMaxBytes) {
+        entries_.emplace_back();
+        reuse = &entries_.back();
+      } else {
+        for (Entry& e : entries_)
+          if (e.stamp != stamp && (!reuse || e.used < reuse->used)) reuse = &e;
+        if (!reuse) return {nullptr, false};
+      }
+      reuse->key = key;
+    }
+    if (bytes > reuse->capacity) {
+      if (total_ - reuse->capacity + bytes > kMaxBytes) return {nullptr, false};
+      const size_t rounded = (bytes + 63) / 64 * 64;
+      reuse->data.reset(static_cast<uint16_t*>(std::aligned_alloc(64, rounded)));
+      if (!reuse->data) throw std::bad_alloc();
+      total_ += rounded - reuse->capacity;
+      reuse->capacity = rounded;
+    }
+    reuse->stamp = stamp;
+    reuse->used = ++clock_;
+    return {reuse->data.get(), false};
+  }
+
+ private:
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  struct Entry {
+    Key key{};
+    uint64_t stamp = 0, used = 0;
+    std::unique_ptr<uint16_t, Free> data;
+    size_t capacity = 0;
+  };
+  std::vector<Entry> entries_;  // (a Slot points into an entry's buffer, never at the entry)
+  size_t total_ = 0;
+  uint64_t clock_ = 0;
+};
+PackCache& pack_cache() {
+  thread_local PackCache c;
+  return c;
 }
 
 // ---- Packing (AVX512-BF16: vcvtne2ps2bf16 rounds 32 floats at a time) ---------------------
@@ -629,9 +712,12 @@ std::string bf16_kernel_note() { return cpu().amx_note; }
 
 bool bf16_product_worth(int64_t m, int64_t n, int64_t k) { return m >= 16 && n >= 16 && k >= 32; }
 
+void set_bf16_pack_cache(bool on) { g_pack_cache.store(on); }
+bool bf16_pack_cache() { return g_pack_cache.load(); }
+
 void bf16_gemm_block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                      int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, int64_t i0,
-                     int64_t i1, int64_t j0, int64_t j1, const GemmEpilogue* epilogue) {
+                     int64_t i1, int64_t j0, int64_t j1, const GemmEpilogue* epilogue, uint64_t b_stamp) {
   (void)m, (void)n;
   if (i0 >= i1 || j0 >= j1) return;
   // The column sums of columns [j0, j1): colsum[0] is column j0's.
@@ -670,9 +756,25 @@ void bf16_gemm_block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
   float* partial = kc < kt ? static_cast<float*>(scratch().get(
                                  2, static_cast<size_t>(even_tiles(i1 - i0) * kTile * ld) * sizeof(float)))
                            : nullptr;
+  // B the same all run long (b_stamp): packed whole into this thread's cache by the run's
+  // first product with it, read from there by the others (k block k0 at nt·k0 tiles).
+  PackCache::Slot kept{nullptr, false};
+  if (b_stamp != 0 && !colsum && g_pack_cache.load(std::memory_order_relaxed))
+    kept = pack_cache().find({b, ldb, k, j0, j1, kc, trans_b, amx}, b_stamp, static_cast<size_t>(nt * kt * kTileElems));
   for (int64_t k0 = 0; k0 < kt; k0 += kc) {
     const int64_t k1 = std::min(kt, k0 + kc);
-    pack_b(trans_b, b, ldb, j0, j1, k, k0, k1, nt, pb, colsum);
+    if (kept.data) {
+      pb = kept.data + nt * k0 * kTileElems;
+      if (!kept.packed) {
+        pack_b(trans_b, b, ldb, j0, j1, k, k0, k1, nt, pb, nullptr);
+      } else {  // into L2 ahead of the tile loads, as packing it here would have left it
+        const char* bytes = reinterpret_cast<const char*>(pb);
+        const int64_t n_bytes = nt * (k1 - k0) * kTileElems * 2;
+        for (int64_t off = 0; off < n_bytes; off += 64) _mm_prefetch(bytes + off, _MM_HINT_T1);
+      }
+    } else {
+      pack_b(trans_b, b, ldb, j0, j1, k, k0, k1, nt, pb, colsum);
+    }
     for (int64_t ib = i0; ib < i1; ib += mc) {
       const int64_t ie = std::min(i1, ib + mc), mt = even_tiles(ie - ib);
       pack_a(trans_a, a, lda, ib, ie, k, k0, k1, mt, pa);

@@ -313,3 +313,48 @@ TEST_CASE("bf16 path of sgemm_epilogue_slice: bias, ReLU, mask, residual and col
     }
   }
 }
+
+TEST_CASE("bf16 GEMM: a stamped B is packed once per thread and reused while the stamp lasts") {
+  // Stamps far from the executors' (which count up from 1).
+  uint64_t stamp = std::numeric_limits<uint64_t>::max() - 1000;
+  for (Bf16Kernel kernel : {Bf16Kernel::kAmx, Bf16Kernel::kAvx512Bf16, Bf16Kernel::kNone}) {
+    KernelScope scope(kernel);
+    if (!scope.ok) continue;
+    const bool packs = kernel != Bf16Kernel::kNone;  // (without bf16 instructions nothing is packed)
+    // k = 300: one k block; k = 700: blocks of 8 tiles on AMX (kept at their offsets).
+    for (int64_t k : {int64_t{300}, int64_t{700}}) {
+      for (bool tb : {false, true}) {
+        INFO("kernel " << attnkit::bf16_kernel_name(kernel) << ", k " << k << ", B transposed " << tb);
+        Problem p = make_problem(false, tb, 70, 48, k, 1.0f, 0.0f, 1, 21);
+        auto product = [&](uint64_t s, int64_t j0, int64_t j1) {
+          std::vector<float> c = p.c;
+          attnkit::bf16_gemm_block(p.ta, p.tb, p.m, p.n, p.k, p.alpha, p.a.data(), p.lda, p.b.data(), p.ldb,
+                                   p.beta, c.data(), p.ldc, 0, p.m, j0, j1, nullptr, s);
+          return c;
+        };
+        const uint64_t s1 = ++stamp;
+        const std::vector<float> plain = product(0, 0, p.n);
+        const std::vector<float> first = product(s1, 0, p.n);  // packs B and keeps it
+        CHECK(std::memcmp(plain.data(), first.data(), plain.size() * sizeof(float)) == 0);
+        check(p, first);
+        CHECK(std::memcmp(first.data(), product(s1, 0, p.n).data(), first.size() * sizeof(float)) == 0);
+        // B changes under the same stamp (what a caller must not do): the kept form is what
+        // the product multiplies by, so the result stays the first one's.
+        for (float& x : p.b) x = -x;
+        const std::vector<float> stale = product(s1, 0, p.n);
+        CHECK((std::memcmp(first.data(), stale.data(), first.size() * sizeof(float)) == 0) == packs);
+        // A new stamp, another block of columns, or the reuse turned off: B packed afresh.
+        const std::vector<float> fresh = product(++stamp, 0, p.n);
+        CHECK(std::memcmp(fresh.data(), product(0, 0, p.n).data(), fresh.size() * sizeof(float)) == 0);
+        check(p, fresh);
+        const std::vector<float> part = product(s1, 16, p.n);
+        for (int64_t i = 0; i < p.m; ++i)
+          for (int64_t j = 16; j < p.n; ++j) CHECK(part[i * p.ldc + j] == fresh[i * p.ldc + j]);
+        attnkit::set_bf16_pack_cache(false);
+        const std::vector<float> off = product(s1, 0, p.n);
+        attnkit::set_bf16_pack_cache(true);
+        CHECK(std::memcmp(fresh.data(), off.data(), fresh.size() * sizeof(float)) == 0);
+      }
+    }
+  }
+}
