@@ -180,36 +180,33 @@ class PackCache {
   // The buffer for B of `key` under `stamp` (elems bf16 values: all of B's tiles).
   Slot find(const Key& key, uint64_t stamp, size_t elems) {
     const size_t bytes = elems * sizeof(uint16_t);
-    Entry* reuse = nullptr;
     for (Entry& e : entries_) {
-      if (e.key == key) {
+      if (e.key == key) {  // (the same key: the same size)
+        e.used = ++clock_;
         if (e.stamp == stamp) return {e.data.get(), true};
-        reuse = &e;
-        break;
+        e.stamp = stamp;
+        return {e.data.get(), false};
       }
     }
-    if (!reuse) {  // a new entry, or the buffer of one left from another run
-      if (entries_.size() < kMaxEntries && total_ + bytes <= kMaxBytes) {
-        entries_.emplace_back();
-        reuse = &entries_.back();
-      } else {
-        for (Entry& e : entries_)
-          if (e.stamp != stamp && (!reuse || e.used < reuse->used)) reuse = &e;
-        if (!reuse) return {nullptr, false};
-      }
-      reuse->key = key;
-    }
-    if (bytes > reuse->capacity) {
-      if (total_ - reuse->capacity + bytes > kMaxBytes) return {nullptr, false};
+    Entry* slot = nullptr;
+    if (entries_.size() < kMaxEntries && total_ + bytes <= kMaxBytes) {  // a new operand
+      if (entries_.capacity() < kMaxEntries) entries_.reserve(kMaxEntries);
+      slot = &entries_.emplace_back();
       const size_t rounded = (bytes + 63) / 64 * 64;
-      reuse->data.reset(static_cast<uint16_t*>(std::aligned_alloc(64, rounded)));
-      if (!reuse->data) throw std::bad_alloc();
-      total_ += rounded - reuse->capacity;
-      reuse->capacity = rounded;
+      slot->data.reset(static_cast<uint16_t*>(std::aligned_alloc(64, rounded)));
+      if (!slot->data) throw std::bad_alloc();
+      slot->capacity = rounded;
+      total_ += rounded;
+    } else {  // full: the least recently used buffer of another run that is large enough (no
+              // allocation once a model's operands have their entries), else no caching
+      for (Entry& e : entries_)
+        if (e.stamp != stamp && e.capacity >= bytes && (!slot || e.used < slot->used)) slot = &e;
+      if (!slot) return {nullptr, false};
     }
-    reuse->stamp = stamp;
-    reuse->used = ++clock_;
-    return {reuse->data.get(), false};
+    slot->key = key;
+    slot->stamp = stamp;
+    slot->used = ++clock_;
+    return {slot->data.get(), false};
   }
 
  private:
