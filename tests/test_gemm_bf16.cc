@@ -358,3 +358,31 @@ TEST_CASE("bf16 GEMM: a stamped B is packed once per thread and reused while the
     }
   }
 }
+
+TEST_CASE("bf16 GEMM: more stamped operands than the cache keeps still multiply by their own values") {
+  if (KernelScope::best_kernel() == Bf16Kernel::kNone) ATTNKIT_SKIP("this CPU has no bf16 kernel (nothing is packed)");
+  uint64_t stamp = std::numeric_limits<uint64_t>::max() - 2000;
+  // 80 weights (the cache keeps 64 a thread), two of them larger than the rest, over 3 runs
+  // whose weights change between runs, each run taking them in another order.
+  std::vector<Problem> ps;
+  for (int w = 0; w < 80; ++w)
+    ps.push_back(make_problem(false, w % 2 == 1, 40, w % 40 == 7 ? 96 : 32, 64, 1.0f, 0.0f, 0, 100 + w));
+  for (int run = 0; run < 3; ++run) {
+    const uint64_t s = ++stamp;
+    for (int chunk = 0; chunk < 2; ++chunk) {
+      for (size_t i = 0; i < ps.size(); ++i) {  // each run in another order: entries evicted
+        const size_t w = (i + 24 * static_cast<size_t>(run)) % ps.size();
+        const Problem& p = ps[w];
+        std::vector<float> kept = p.c, plain = p.c;
+        attnkit::bf16_gemm_block(p.ta, p.tb, p.m, p.n, p.k, p.alpha, p.a.data(), p.lda, p.b.data(), p.ldb,
+                                 p.beta, kept.data(), p.ldc, 0, p.m, 0, p.n, nullptr, s);
+        attnkit::bf16_gemm_block(p.ta, p.tb, p.m, p.n, p.k, p.alpha, p.a.data(), p.lda, p.b.data(), p.ldb,
+                                 p.beta, plain.data(), p.ldc, 0, p.m, 0, p.n, nullptr, 0);
+        INFO("run " << run << ", chunk " << chunk << ", weight " << w);
+        REQUIRE(std::memcmp(kept.data(), plain.data(), kept.size() * sizeof(float)) == 0);
+      }
+    }
+    for (Problem& p : ps)
+      for (float& x : p.b) x *= 0.5f;  // the update between runs
+  }
+}
