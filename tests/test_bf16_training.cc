@@ -108,9 +108,12 @@ TEST_CASE("bf16 training in chunks: the weights packed once a step give the same
   const ModelConfig c = bf16_config();
   // Chunks of 8 sequences (256 rows: every Linear still on the bf16 path); the batch-17 steps
   // end in a short chunk.
+  std::vector<float> one_thread;
   for (int threads : {1, 2}) {
     INFO(threads << " threads");
     const auto kept = train_losses(c, Precision::kBf16, threads, 8, 8);
+    if (threads == 1) one_thread = kept;
+    CHECK(std::memcmp(kept.data(), one_thread.data(), kept.size() * 4) == 0);  // thread count: no change
     set_bf16_pack_cache(false);
     const auto repacked = train_losses(c, Precision::kBf16, threads, 8, 8);
     set_bf16_pack_cache(true);
