@@ -432,6 +432,15 @@ void Executor::validate_inputs() const {
   }
 }
 
+namespace {
+// Stamps of chunked runs (constant_stamp): one counter for every run of every executor of the
+// process. (A static inside run_chunks would be one counter per instantiation — per call
+// site's lambda — and a forward() after a train_step could get the step's stamp and multiply
+// by the weights packed before the update.)
+std::atomic<uint64_t> g_last_run_stamp{0};
+uint64_t next_run_stamp() { return ++g_last_run_stamp; }
+}  // namespace
+
 template <typename Run>
 void Executor::run_chunks(Run run) {
   if (plan_.rows <= 0 || batch_ <= plan_.rows) {
@@ -442,8 +451,7 @@ void Executor::run_chunks(Run run) {
     Executor& ex;
     ~Whole() { ex.row0_ = 0, ex.rows_now_ = ex.batch_, ex.chunked_run_stamp_ = 0; }
   } whole{*this};
-  static std::atomic<uint64_t> last_stamp{0};  // unique over all executors of the process
-  chunked_run_stamp_ = ++last_stamp;
+  chunked_run_stamp_ = next_run_stamp();
   for (int64_t r = 0; r < batch_; r += plan_.rows) {
     row0_ = r;
     rows_now_ = std::min(plan_.rows, batch_ - r);

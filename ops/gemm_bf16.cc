@@ -161,7 +161,7 @@ std::atomic<bool> g_pack_cache{true};
 class PackCache {
  public:
   static constexpr size_t kMaxEntries = 64;
-  static constexpr size_t kMaxBytes = size_t{256} << 20;  // per thread; beyond it, no caching
+  static constexpr size_t kMaxBytes = size_t{64} << 20;  // per thread; beyond it, no caching
 
   struct Key {
     const float* b;
@@ -191,10 +191,11 @@ class PackCache {
     Entry* slot = nullptr;
     if (entries_.size() < kMaxEntries && total_ + bytes <= kMaxBytes) {  // a new operand
       if (entries_.capacity() < kMaxEntries) entries_.reserve(kMaxEntries);
-      slot = &entries_.emplace_back();
       const size_t rounded = (bytes + 63) / 64 * 64;
-      slot->data.reset(static_cast<uint16_t*>(std::aligned_alloc(64, rounded)));
-      if (!slot->data) throw std::bad_alloc();
+      std::unique_ptr<uint16_t, Free> data(static_cast<uint16_t*>(std::aligned_alloc(64, rounded)));
+      if (!data) return {nullptr, false};  // no memory to spare: pack into the scratch as before
+      slot = &entries_.emplace_back();
+      slot->data = std::move(data);
       slot->capacity = rounded;
       total_ += rounded;
     } else {  // full: the least recently used buffer of another run that is large enough (no

@@ -72,7 +72,8 @@ void bf16_gemm_block(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
                      const GemmEpilogue* epilogue = nullptr, uint64_t b_stamp = 0);
 // b_stamp != 0 promises that B (its values at b, and how it is laid out) is the same in every
 // call with that stamp: the calling thread then packs B once, keeps the packed form (up to
-// 256 MB a thread, in up to 64 operands) and reuses it for the other calls with the stamp.
+// 64 MB a thread, in up to 64 operands, for the thread's lifetime) and reuses it for the other
+// calls with the stamp.
 // The engine gives each chunked run a fresh stamp for its parameters (RunContext::
 // constant_stamp): a training step in 4 chunks packs each weight once instead of 4 times.
 // Results are bitwise those of b_stamp = 0. Calls with a stamp must not change B.

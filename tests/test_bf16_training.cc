@@ -123,6 +123,39 @@ TEST_CASE("bf16 training in chunks: the weights packed once a step give the same
   }
 }
 
+TEST_CASE("bf16 in chunks: an evaluation after each update multiplies by the updated weights") {
+  REQUIRE_BF16_KERNEL();
+  const ModelConfig c = bf16_config();
+  // train_step then forward, as a training loop with evaluations does: each chunked run must
+  // pack the weights it multiplies by, never reuse the tiles of the run before the update.
+  auto run = [&](bool kept) {
+    set_bf16_pack_cache(kept);
+    Model m = build_model(c, 32);
+    ExecutorOptions o{1, 0};
+    o.precision = Precision::kBf16;
+    o.train_chunk_rows = 8;
+    Executor ex(*m.graph, o);
+    Adam adam(ex.param_count(), {0.003f});
+    Rng rng(3);
+    std::vector<int32_t> ids, targets;
+    std::vector<float> out;
+    for (int i = 0; i < 4; ++i) {
+      fill_batch(c, rng, 32, ids, targets);
+      std::memcpy(ex.i32(m.ids.id()), ids.data(), ids.size() * 4);
+      std::memcpy(ex.i32(m.targets.id()), targets.data(), targets.size() * 4);
+      ex.train_step(&adam);
+      ex.forward();
+      const float* logits = ex.f32(m.logits.id());
+      out.insert(out.end(), logits, logits + 32 * c.seq_len * c.classes);
+    }
+    set_bf16_pack_cache(true);
+    return out;
+  };
+  const std::vector<float> kept = run(true), repacked = run(false);
+  REQUIRE(kept.size() == repacked.size());
+  CHECK(std::memcmp(kept.data(), repacked.data(), kept.size() * 4) == 0);
+}
+
 TEST_CASE("bf16 training: every bf16 kernel this CPU has (AMX, AVX512-BF16) gives close losses") {
   REQUIRE_BF16_KERNEL();
   const ModelConfig c = bf16_config();
