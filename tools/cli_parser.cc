@@ -145,8 +145,8 @@ CommandLine::CommandLine()
       ->check(CLI::IsMember({"f32", "bf16"}));
   train_cmd->add_option("--train-chunk", train.train_chunk,
                         "Batch entries per chunk of a training step (forward and backward of each chunk, gradients "
-                        "summed, one update: gradient accumulation); -1 (default): chunks of >= 1024 rows when the "
-                        "step's arena would pass 64 MB; 0: whole batches")
+                        "summed, one update: gradient accumulation); -1 (default): chunks of >= 1024 rows (256 with "
+                        "--precision bf16) when the step's arena would pass 64 MB; 0: whole batches")
       ->check(integer_in(-1, 1000000));
   train_cmd->add_option("--seq-len", train.seq_len, "Sequence length T of the generated task (default: the lesson's)")
       ->check(integer_in(2, 4096));
