@@ -127,19 +127,22 @@ std::atomic<int> g_kernel{-1};  // -1: the best one
 
 // ---- Scratch ---------------------------------------------------------------------------------
 
+// 64-byte-aligned buffers (bytes rounded up to whole cache lines), freed with std::free.
+struct Free {
+  void operator()(void* p) const { std::free(p); }
+};
+size_t whole_lines(size_t bytes) { return (bytes + 63) / 64 * 64; }
+void* aligned_lines(size_t bytes) { return std::aligned_alloc(64, whole_lines(bytes)); }
+
 // Per-thread buffers that grow and are then reused: no allocation per call after the first.
 struct Scratch {
-  struct Free {
-    void operator()(void* p) const { std::free(p); }
-  };
   std::unique_ptr<void, Free> data[3];
   size_t capacity[3] = {0, 0, 0};
   void* get(int slot, size_t bytes) {
     if (bytes > capacity[slot]) {
-      const size_t rounded = (bytes + 63) / 64 * 64;
-      data[slot].reset(std::aligned_alloc(64, rounded));
+      data[slot].reset(aligned_lines(bytes));
       if (!data[slot]) throw std::bad_alloc();
-      capacity[slot] = rounded;
+      capacity[slot] = whole_lines(bytes);
     }
     return data[slot].get();
   }
@@ -156,8 +159,9 @@ std::atomic<bool> g_pack_cache{true};
 // A thread's packed forms of B operands that stay the same for a whole run (the weights of a
 // chunked training step: every chunk's forward and backward multiply by them). Entries are
 // found by where B is and how this thread packs it; one whose stamp is the run's is reused
-// as it is, one from another run is packed again in place. Grow-only: the entries of a model's
-// weights are made in its first run and found again by every later one (no allocation).
+// as it is, one from another run is packed again in place. The entries of a model's weights
+// are made in its first run and found again by every later one (no allocation); a full cache
+// lends another run's large-enough buffers, else leaves B to the scratch.
 class PackCache {
  public:
   static constexpr size_t kMaxEntries = 64;
@@ -191,13 +195,12 @@ class PackCache {
     Entry* slot = nullptr;
     if (entries_.size() < kMaxEntries && total_ + bytes <= kMaxBytes) {  // a new operand
       if (entries_.capacity() < kMaxEntries) entries_.reserve(kMaxEntries);
-      const size_t rounded = (bytes + 63) / 64 * 64;
-      std::unique_ptr<uint16_t, Free> data(static_cast<uint16_t*>(std::aligned_alloc(64, rounded)));
+      std::unique_ptr<uint16_t, Free> data(static_cast<uint16_t*>(aligned_lines(bytes)));
       if (!data) return {nullptr, false};  // no memory to spare: pack into the scratch as before
       slot = &entries_.emplace_back();
       slot->data = std::move(data);
-      slot->capacity = rounded;
-      total_ += rounded;
+      slot->capacity = whole_lines(bytes);
+      total_ += slot->capacity;
     } else {  // full: the least recently used buffer of another run that is large enough (no
               // allocation once a model's operands have their entries), else no caching
       for (Entry& e : entries_)
@@ -211,9 +214,6 @@ class PackCache {
   }
 
  private:
-  struct Free {
-    void operator()(void* p) const { std::free(p); }
-  };
   struct Entry {
     Key key{};
     uint64_t stamp = 0, used = 0;
