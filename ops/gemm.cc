@@ -32,6 +32,10 @@ __attribute__((noinline, flatten)) void GemmSmallWhole(const gemm_detail::GemmAr
 #endif
 void GemmSmallProductTarget(const gemm_detail::GemmArgs& g) {
 #if ATTNKIT_HAVE_SMALL_GEMM
+  if (UsePairsNT(g)) {
+    PairRowsNT(g, 0, g.m, 0, g.n, gemm_detail::ProductSpan{});
+    return;
+  }
   if (TakesSmallPath(g, 0, g.m, 0, g.n)) {
     GemmSmallWhole(g);
     return;

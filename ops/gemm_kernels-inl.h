@@ -108,6 +108,10 @@ inline void GemmBlock(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int
                       const ProductSpan& span = ProductSpan{}) {
   if (i0 >= i1 || j0 >= j1) return;
 #if ATTNKIT_HAVE_SMALL_GEMM
+  if (UsePairsNT(g)) {  // any block of such a product (see UsePairsNT)
+    PairRowsNT(g, i0, i1, j0, j1, span);
+    return;
+  }
   if (TakesSmallPath(g, i0, i1, j0, j1)) {
     GemmSmall(g, i0, i1, j0, j1, span);  // (takes an epilogue only where it fuses it)
     return;

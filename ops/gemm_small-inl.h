@@ -18,6 +18,7 @@
 #endif
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 
 #include "hwy/highway.h"
@@ -258,6 +259,144 @@ HWY_INLINE void SmallTileNT(D d, const GemmArgs& g, const ProductSpan& span, int
     return;
   }
   for (ProductSpan::Cursor at(span); at.p < span.p1; at.next()) product(a0 + at.a(), b0 + at.b(), c0 + at.c());
+}
+
+// Products with a transposed B of 5 to 8 columns and A not transposed (Q·Kᵀ and dY·Vᵀ at
+// T <= 8): k in pairs. A 512-bit vector holds (k, k + 1) of all 8 columns side by side, so one
+// FMA does two k-steps of a row: lane 2c sums the even k of column c, lane 2c + 1 the odd ones,
+// added at the end. Against 256-bit vectors of 8 columns (SmallTileNT), half the FMAs, and half
+// the shuffles: 16 k-steps of the 8 rows of B come in as an 8 × 8 transpose of 64-bit pairs,
+// where a float 8 × 8 transpose gives 8. A pair of A is one 64-bit broadcast load.
+// Chosen on the whole product's shape (never a block's), so a product is computed this way
+// whatever its split into blocks and threads; its sums are its own (even + odd chains), bitwise
+// the same for every block and thread count.
+// A bias and an epilogue go into the stores, as the small path's do.
+HWY_INLINE bool UsePairsNT(const GemmArgs& g) {
+  return g.trans_b && !g.trans_a && g.n >= 5 && g.n <= 8 && g.k <= 256;
+}
+
+// The 8 × 8 transpose of 64-bit elements: out[p] element q = element p of r[q].
+HWY_INLINE void TransposePairs8x8(const hn::Vec<hn::Full512<double>> (&r)[8], hn::Vec<hn::Full512<double>> (&out)[8]) {
+  const hn::Full512<double> dd;
+  using VD = hn::Vec<decltype(dd)>;
+  VD t[8];  // t[2h]: elements 0, 2, 4, 6 of rows 2h, 2h + 1 (a pair of rows per 128-bit block)
+  for (int h = 0; h < 4; ++h) {
+    t[2 * h] = hn::InterleaveLower(dd, r[2 * h], r[2 * h + 1]);
+    t[2 * h + 1] = hn::InterleaveUpper(dd, r[2 * h], r[2 * h + 1]);
+  }
+  for (int odd = 0; odd < 2; ++odd) {
+    // u0 blocks: rows 0-1 of elements e, e + 4, rows 2-3 of the same; u1: elements e + 2, e + 6.
+    const VD* s = t + odd;  // s[0], s[2], s[4], s[6]: elements of parity `odd` of rows 0-1, …
+    const VD u0{_mm512_shuffle_f64x2(s[0].raw, s[2].raw, _MM_SHUFFLE(2, 0, 2, 0))};
+    const VD u1{_mm512_shuffle_f64x2(s[0].raw, s[2].raw, _MM_SHUFFLE(3, 1, 3, 1))};
+    const VD u2{_mm512_shuffle_f64x2(s[4].raw, s[6].raw, _MM_SHUFFLE(2, 0, 2, 0))};
+    const VD u3{_mm512_shuffle_f64x2(s[4].raw, s[6].raw, _MM_SHUFFLE(3, 1, 3, 1))};
+    out[odd + 0] = VD{_mm512_shuffle_f64x2(u0.raw, u2.raw, _MM_SHUFFLE(2, 0, 2, 0))};
+    out[odd + 4] = VD{_mm512_shuffle_f64x2(u0.raw, u2.raw, _MM_SHUFFLE(3, 1, 3, 1))};
+    out[odd + 2] = VD{_mm512_shuffle_f64x2(u1.raw, u3.raw, _MM_SHUFFLE(2, 0, 2, 0))};
+    out[odd + 6] = VD{_mm512_shuffle_f64x2(u1.raw, u3.raw, _MM_SHUFFLE(3, 1, 3, 1))};
+  }
+}
+
+// A(r, k0 + 2p) and A(r, k0 + 2p + 1) in every pair of lanes (one 64-bit broadcast load).
+HWY_INLINE hn::Vec<hn::Full512<float>> PairOfA(const float* HWY_RESTRICT p) {
+  double pair;
+  std::memcpy(&pair, p, sizeof(pair));
+  return hn::BitCast(hn::Full512<float>(), hn::Set(hn::Full512<double>(), pair));
+}
+
+// Rows i..i+R, columns j..j+cols (5..8) of every product of span (see UsePairsNT).
+template <int R, bool kBias, bool kEpilogue>
+HWY_INLINE void PairTileNT(const GemmArgs& g, const ProductSpan& span, int64_t i, int64_t j, int64_t cols) {
+  const hn::Full512<float> d;
+  const hn::Full512<double> dd;
+  const hn::Full256<float> d8;
+  using V = hn::Vec<decltype(d)>;
+  using VD = hn::Vec<decltype(dd)>;
+  using V8v = hn::Vec<decltype(d8)>;
+  const int64_t lda = g.lda, ldb = g.ldb, k = g.k, ldc = g.ldc;
+  const auto mcols = hn::FirstN(d8, static_cast<size_t>(cols));
+  // Rows of B past cols repeat the last one (their lanes are computed, never stored).
+  int64_t row_offset[8];
+  for (int q = 0; q < 8; ++q) row_offset[q] = std::min<int64_t>(q, cols - 1) * ldb;
+  const V8v va = hn::Set(d8, g.alpha), vb = hn::Set(d8, g.beta);
+  const Combine combine = SmallCombine(g);
+  const V8v bias = kBias ? hn::MaskedLoad(mcols, d8, g.bias + j) : hn::Zero(d8);
+  // Lanes 0..7: the even lanes of the first source, 8..15: of the second (odd: + 1).
+  const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const float* const a0 = g.a + i * lda;
+  const float* const b0 = g.b + j * ldb;
+  float* const c0 = g.c + i * ldc + j;
+  const auto product = [&](const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, float* HWY_RESTRICT c) HWY_ATTR __attribute__((always_inline)) {
+    V acc[R];
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) acc[r] = hn::Zero(d);
+    for (int64_t k0 = 0; k0 < k; k0 += 16) {
+      const int64_t kc = std::min<int64_t>(16, k - k0), pairs = kc / 2;
+      VD bt[8];  // bt[p]: (k0 + 2p, k0 + 2p + 1) of the 8 columns; zero past k
+      {
+        const auto km = hn::FirstN(d, static_cast<size_t>(kc));
+        VD in[8];
+        for (int q = 0; q < 8; ++q) in[q] = hn::BitCast(dd, hn::MaskedLoad(km, d, b + row_offset[q] + k0));
+        TransposePairs8x8(in, bt);
+      }
+#pragma GCC unroll 8
+      for (int p = 0; p < 8; ++p) {
+        if (p >= pairs) break;
+        const V bp = hn::BitCast(d, bt[p]);
+#pragma GCC unroll 12
+        for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(PairOfA(a + r * lda + k0 + 2 * p), bp, acc[r]);
+      }
+      if (kc & 1) {  // the last k alone: A(r, k - 1) in the even lanes, zero in the odd ones
+        const V bp = hn::BitCast(d, bt[pairs]);
+        const hn::Full512<uint64_t> du64;
+#pragma GCC unroll 12
+        for (int r = 0; r < R; ++r) {
+          uint32_t bits;
+          std::memcpy(&bits, a + r * lda + k - 1, sizeof(bits));
+          const V av = hn::BitCast(d, hn::Set(du64, static_cast<uint64_t>(bits)));
+          acc[r] = hn::MulAdd(av, bp, acc[r]);
+        }
+      }
+    }
+    // Even + odd lanes of two rows at once: lanes 0..7 row r, 8..15 row r + 1.
+#pragma GCC unroll 12
+    for (int r = 0; r < R; r += 2) {
+      const V second = r + 1 < R ? acc[r + 1] : acc[r];
+      const V sum = hn::Add(V{_mm512_permutex2var_ps(acc[r].raw, evens, second.raw)},
+                            V{_mm512_permutex2var_ps(acc[r].raw, odds, second.raw)});
+      SmallStoreVec<true, kBias, kEpilogue>(d8, hn::LowerHalf(d8, sum), va, vb, combine, mcols, bias, g, i + r, j,
+                                            c + r * ldc);
+      if (r + 1 < R)
+        SmallStoreVec<true, kBias, kEpilogue>(d8, hn::UpperHalf(d8, sum), va, vb, combine, mcols, bias, g, i + r + 1,
+                                              j, c + (r + 1) * ldc);
+    }
+  };
+  if (span.p0 == 0 && span.p1 == 1) {
+    product(a0, b0, c0);
+    return;
+  }
+  for (ProductSpan::Cursor at(span); at.p < span.p1; at.next()) product(a0 + at.a(), b0 + at.b(), c0 + at.c());
+}
+
+// Rows [i0, i1) of every product of span in tiles of at most kSmallRows1 rows (see UsePairsNT).
+HWY_INLINE void PairRowsNT(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1, const ProductSpan& span) {
+  constexpr int kMax = static_cast<int>(kSmallRows1);
+  const int64_t m = i1 - i0, tiles = (m + kMax - 1) / kMax;
+  const int64_t base = tiles == 1 ? m : m / tiles, taller = tiles == 1 ? 0 : m % tiles;
+  int64_t i = i0;
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t rows = base + (t < taller ? 1 : 0);
+    WithCount<kMax>(rows, [&](auto r_tag) {
+      WithFlag(g.bias != nullptr, [&](auto b) {
+        WithFlag(g.has_epilogue(), [&](auto e) {
+          PairTileNT<decltype(r_tag)::value, decltype(b)::value, decltype(e)::value>(g, span, i, j0, j1 - j0);
+        });
+      });
+    });
+    i += rows;
+  }
 }
 
 // Rows [i0, i1) in tiles of at most kMax rows, as even as possible (which tile a row falls in

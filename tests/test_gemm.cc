@@ -679,6 +679,57 @@ TEST_CASE("small products and the dot path at ragged sizes match a double refere
   });
 }
 
+// A transposed B of 5 to 8 columns with A not transposed (Q·Kᵀ at T <= 8): on AVX-512, k in
+// pairs (even and odd k in neighbouring lanes, added at the end), an odd last k alone, several
+// 16-k chunks, tiles of up to 12 rows; the same bits whatever the slices or the batching, a
+// bias and an epilogue in the same stores.
+TEST_CASE("products with a transposed B of 5 to 8 columns (k in pairs) match a double reference", "[gemm]") {
+  const std::vector<std::pair<float, float>> scalars = {{1, 0}, {-0.5f, 1}, {2, -0.5f}};
+  attnkit::test::for_each_simd_target([&](const std::string& target) {
+    uint32_t seed = 7100;
+    for (int64_t m : {1, 2, 8, 13, 25, 40})
+      for (int64_t n : {5, 6, 7, 8})
+        for (int64_t k : {1, 2, 3, 15, 16, 17, 31, 32, 33, 64, 255, 256}) {
+          const auto [alpha, beta] = scalars[seed % scalars.size()];
+          const int64_t pad = seed % 3 == 0 ? 0 : seed % 3 == 1 ? 1 : 17;
+          const Problem p = make_problem(false, true, m, n, k, alpha, beta, pad, seed);
+          ++seed;
+          INFO(target << " m=" << m << " n=" << n << " k=" << k << " beta=" << beta << " pad=" << pad);
+          const std::vector<float> one = run_slices(p, 1);
+          check_against_reference(p, one);
+          for (int count : {2, 3}) REQUIRE(bitwise_equal(one, run_slices(p, count)));
+          const std::vector<float> bias = random_bias(n, seed);
+          const std::vector<float> with_bias = run_bias_slices(p, bias.data(), 1);
+          check_against_reference(p, with_bias, bias.data());
+          REQUIRE(bitwise_equal(with_bias, run_bias_slices(p, bias.data(), 3)));
+        }
+    // An infinity in A's last column meets a finite B: ±inf, never inf · 0 = NaN from the
+    // lane an odd last k leaves empty.
+    for (int64_t k : {1, 17, 33}) {
+      Problem p = make_problem(false, true, 8, 8, k, 1.0f, 0.0f, 0, 7000 + static_cast<uint32_t>(k));
+      for (int64_t i = 0; i < p.m; ++i) p.a[i * p.lda + k - 1] = std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < p.n; ++j) p.b[j * p.ldb + k - 1] = j % 2 ? 1.0f : -1.0f;
+      const std::vector<float> got = run_slices(p, 1);
+      for (int64_t i = 0; i < p.m; ++i)
+        for (int64_t j = 0; j < p.n; ++j) {
+          INFO(target << " k=" << k << " C[" << i << "," << j << "] = " << got[i * p.ldc + j]);
+          REQUIRE(got[i * p.ldc + j] == (j % 2 ? 1.0f : -1.0f) * std::numeric_limits<float>::infinity());
+        }
+    }
+    // A batch: bitwise one call per product.
+    const int64_t count = 5, m = 8, n = 8, k = 32;
+    const Problem p = make_problem(false, true, m * count, n * count, k, 1.0f, 0.0f, 0, 7300);
+    std::vector<float> batched = p.c, single = p.c;
+    attnkit::sgemm_strided_batched(false, true, m, n, k, 1.0f, p.a.data(), k, m * k, p.b.data(), k, n * k, 0.0f,
+                                   batched.data(), n, m * n, count);
+    for (int64_t q = 0; q < count; ++q)
+      attnkit::sgemm(false, true, m, n, k, 1.0f, p.a.data() + q * m * k, k, p.b.data() + q * n * k, k, 0.0f,
+                     single.data() + q * m * n, n);
+    INFO(target);
+    REQUIRE(std::memcmp(batched.data(), single.data(), count * m * n * sizeof(float)) == 0);
+  });
+}
+
 // The attention products of the lesson models (one sgemm_slice per (batch, head) over
 // interleaved heads, T = 8 / 10, head size 16 / 32): the small path's strided operands, C
 // columns of the other heads untouched.
