@@ -18,8 +18,10 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "hwy/highway.h"
 #include "ops/gemm_tile-inl.h"  // DF, VF, GemmArgs, CombineVec, FirstCombine
@@ -90,14 +92,15 @@ HWY_INLINE void SmallStoreVec(D d, hn::Vec<D> acc, hn::Vec<D> va, hn::Vec<D> vb,
 // several times a plain one on Zen 4). kBias: g.bias[j..] is added to every row (a Linear's);
 // kEpilogue: g's relu / mask / addend in the same store (a Linear–ReLU's backward dx).
 template <class D, int R, int NV, bool kTransA, bool kFull, bool kBias, bool kEpilogue>
-HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t i, int64_t j, int64_t cols) {
+HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t oa, int64_t ob, int64_t oc, int64_t i, int64_t j,
+                            int64_t cols) {
   static_assert(NV == 1 || NV == 2 || NV == 4, "one, two or four vectors per row");
   using V = hn::Vec<D>;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t lda = g.lda, ldb = g.ldb, k = g.k;
   // A(r, kk) = a[r·ar + kk·ak].
-  const float* HWY_RESTRICT a = g.a + (kTransA ? i : i * lda);
-  const float* HWY_RESTRICT b = g.b + j;
+  const float* HWY_RESTRICT a = g.a + oa + (kTransA ? i : i * lda);
+  const float* HWY_RESTRICT b = g.b + ob + j;
   const auto mlast = hn::FirstN(d, static_cast<size_t>(cols - (NV - 1) * lanes));  // the last vector's lanes
   V acc0[R], acc1[R], acc2[R], acc3[R];  // one-dimensional local arrays: they stay in registers
 #pragma GCC unroll 12
@@ -153,7 +156,7 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t i, int64_t j, int64_
   // ldc in a local: read through g after every store of C (which might alias it), it was
   // reloaded 24 times per tile.
   const int64_t ldc = g.ldc;
-  float* HWY_RESTRICT c = g.c + i * ldc + j;
+  float* HWY_RESTRICT c = g.c + oc + i * ldc + j;
   V bias0 = hn::Zero(d), bias1 = hn::Zero(d), bias2 = hn::Zero(d), bias3 = hn::Zero(d);
   if constexpr (kBias) {
     if constexpr (NV == 1) {
@@ -400,34 +403,67 @@ HWY_INLINE void PairRowsNT(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0
 }
 
 // Rows [i0, i1) in tiles of at most kMax rows, as even as possible (which tile a row falls in
-// changes none of its values).
-// Every product of `span` (same shape, its own operands), inside the dispatch on the row
-// count: a batch of small products resolves the path once, not per product.
-template <class D, int NV, bool kTransA, bool kTransB, bool kFull = false, bool kBias = false,
-          bool kEpilogue = false>
-HWY_INLINE void SmallRows(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64_t j,
-                          int64_t cols, const ProductSpan& span) {
-  constexpr int kMax = static_cast<int>(NV == 1 ? kSmallRows1 : NV == 2 ? kSmallRows2 : kSmallRows4);
+// changes none of its values), calling tile(i, rows) for each.
+template <int kMax, class F>
+HWY_INLINE void ForEachRowTile(int64_t i0, int64_t i1, const F& tile) {
   const int64_t m = i1 - i0, tiles = (m + kMax - 1) / kMax;
   // The first m % tiles tiles one row taller (one division per block, none for one tile).
   const int64_t base = tiles == 1 ? m : m / tiles, taller = tiles == 1 ? 0 : m % tiles;
   int64_t i = i0;
   for (int64_t t = 0; t < tiles; ++t) {
     const int64_t rows = base + (t < taller ? 1 : 0);
-    WithCount<kMax>(rows, [&](auto r_tag) {
-      constexpr int R = decltype(r_tag)::value;
-      if constexpr (kTransB) {
-        SmallTileNT<D, R, kTransA>(d, g, span, i, j, cols);  // (its own loop over the products)
-      } else {
-        // One call per product: the product loop inside the tile (setup shared, as SmallTileNT
-        // does) made the per-call products 3-10% slower, and a batch only 2-7% faster.
-        span.for_each(g, [&](const GemmArgs& gp) {
-          SmallTileNN<D, R, NV, kTransA, kFull, kBias, kEpilogue>(d, gp, i, j, cols);
-        });
-      }
-    });
+    tile(i, rows);
     i += rows;
   }
+}
+
+// Rows [i0, i1) of every product of span, B transposed (SmallTileNT), in tiles.
+template <class D, bool kTransA>
+HWY_INLINE void SmallRowsNT(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64_t j, int64_t cols,
+                            const ProductSpan& span) {
+  ForEachRowTile<static_cast<int>(kSmallRows1)>(i0, i1, [&](int64_t i, int64_t rows) {
+    WithCount<static_cast<int>(kSmallRows1)>(rows, [&](auto r_tag) {
+      SmallTileNT<D, decltype(r_tag)::value, kTransA>(d, g, span, i, j, cols);  // (its own loop over the products)
+    });
+  });
+}
+
+inline constexpr int SmallRowsMax(int nv) {
+  return static_cast<int>(nv == 1 ? kSmallRows1 : nv == 2 ? kSmallRows2 : kSmallRows4);
+}
+
+// One row tile of every product of span, B not transposed: a plain function per (vectors,
+// rows, flags), reached through a table (SmallTileNNFor), so that a per-call product goes from
+// the dispatch to its kernel in one call. The product loop is here, around the one inlined
+// kernel (a product's operands as offsets: no copy of g, whose fields were just stored).
+template <class D, int NV, int R, bool kTransA, bool kFull, bool kBias, bool kEpilogue>
+HWY_NOINLINE void SmallTileSpanNN(const GemmArgs& g, int64_t i, int64_t j, int64_t cols, const ProductSpan& span) {
+  int64_t bi = 0, hi = 0;
+  if (span.p0 != 0) bi = span.p0 / span.heads, hi = span.p0 % span.heads;
+  for (int64_t p = span.p0; p < span.p1; ++p) {
+    SmallTileNN<D, R, NV, kTransA, kFull, kBias, kEpilogue>(D(), g, bi * span.a_batch + hi * span.a_head,
+                                                            bi * span.b_batch + hi * span.b_head,
+                                                            bi * span.c_batch + hi * span.c_head, i, j, cols);
+    if (++hi == span.heads) hi = 0, ++bi;
+  }
+}
+
+using SmallTileFn = void (*)(const GemmArgs&, int64_t, int64_t, int64_t, const ProductSpan&);
+
+// Entry flags · kMax + rows - 1, flags = 8·trans_a + 4·full + 2·bias + epilogue.
+template <class D, int NV, size_t... I>
+constexpr std::array<SmallTileFn, sizeof...(I)> MakeSmallTilesNN(std::index_sequence<I...>) {
+  constexpr size_t kMax = static_cast<size_t>(SmallRowsMax(NV));
+  return {{&SmallTileSpanNN<D, NV, static_cast<int>(I % kMax) + 1, ((I / kMax) & 8) != 0, ((I / kMax) & 4) != 0,
+                            ((I / kMax) & 2) != 0, ((I / kMax) & 1) != 0>...}};
+}
+
+template <class D, int NV>
+HWY_INLINE SmallTileFn SmallTileNNFor(bool trans_a, bool full, bool bias, bool epilogue, int64_t rows) {
+  constexpr int kMax = SmallRowsMax(NV);
+  static constexpr auto kTable = MakeSmallTilesNN<D, NV>(std::make_index_sequence<16 * kMax>());
+  const size_t flags = (trans_a ? 8u : 0u) | (full ? 4u : 0u) | (bias ? 2u : 0u) | (epilogue ? 1u : 0u);
+  return kTable[flags * kMax + static_cast<size_t>(rows - 1)];
 }
 
 template <class D, int NV>
@@ -435,22 +471,15 @@ HWY_INLINE void SmallBlock(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64
                            int64_t cols, const ProductSpan& span) {
   if (g.trans_b) {  // (no bias, no epilogue: see UseSmallPath)
     if constexpr (NV == 1) {
-      WithFlag(g.trans_a, [&](auto ta) { SmallRows<D, 1, decltype(ta)::value, true>(d, g, i0, i1, j, cols, span); });
+      WithFlag(g.trans_a, [&](auto ta) { SmallRowsNT<D, decltype(ta)::value>(d, g, i0, i1, j, cols, span); });
     }
     return;
   }
-  // The flags become template arguments here, outside the row-tile lambda (no runtime selects
-  // inside it). kFull: no masks.
+  // kFull: no masks.
   const bool full = cols == NV * static_cast<int64_t>(hn::Lanes(d));
-  WithFlag(g.trans_a, [&](auto ta) {
-    WithFlag(full, [&](auto f) {
-      WithFlag(g.bias != nullptr, [&](auto b) {
-        WithFlag(g.has_epilogue(), [&](auto e) {
-          SmallRows<D, NV, decltype(ta)::value, false, decltype(f)::value, decltype(b)::value, decltype(e)::value>(
-              d, g, i0, i1, j, cols, span);
-        });
-      });
-    });
+  const bool bias = g.bias != nullptr, epilogue = g.has_epilogue();
+  ForEachRowTile<SmallRowsMax(NV)>(i0, i1, [&](int64_t i, int64_t rows) {
+    SmallTileNNFor<D, NV>(g.trans_a, full, bias, epilogue, rows)(g, i, j, cols, span);
   });
 }
 
