@@ -30,7 +30,9 @@ __attribute__((noinline, flatten)) void GemmSmallWhole(const gemm_detail::GemmAr
   GemmSmall(g, 0, g.m, 0, g.n);
 }
 #endif
-void GemmSmallProductTarget(const gemm_detail::GemmArgs& g) {
+// The rest of sgemm_slice's per-call path, out of line: its frame and spills were paid by
+// every small call.
+HWY_NOINLINE void GemmSmallProductRest(const gemm_detail::GemmArgs& g) {
 #if ATTNKIT_HAVE_SMALL_GEMM
   if (UsePairsNT(g)) {
     PairRowsNT(g, 0, g.m, 0, g.n, gemm_detail::ProductSpan{});
@@ -42,6 +44,13 @@ void GemmSmallProductTarget(const gemm_detail::GemmArgs& g) {
   }
 #endif
   GemmBlock(g, 0, g.m, 0, g.n);
+}
+
+void GemmSmallProductTarget(const gemm_detail::GemmArgs& g) {
+#if ATTNKIT_HAVE_SMALL_GEMM
+  if (SmallOneTileNN(g)) return;
+#endif
+  GemmSmallProductRest(g);
 }
 
 void GemmPackedDynamicTarget(const gemm_detail::GemmArgs& g, std::atomic<int64_t>* next,

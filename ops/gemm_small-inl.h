@@ -483,6 +483,28 @@ HWY_INLINE void SmallBlock(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64
   });
 }
 
+// A whole product with B not transposed, no bias and no epilogue (sgemm_slice's per-call
+// products) that the small path computes in one row tile: its tile function called at once,
+// the choice GemmSmall and SmallBlock would make made here in a few compares. False (nothing
+// done) for any other product.
+HWY_INLINE bool SmallOneTileNN(const GemmArgs& g) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(DF())), m = g.m, n = g.n;
+  if (g.trans_b || g.bias != nullptr || g.has_epilogue() || m > kSmallRows1 || n < 5 || n > 2 * lanes ||
+      g.k > 256 || gemm_detail::use_packed_path(m, n, g.k, false) || gemm_detail::use_short_k_path(m, n, g.k))
+    return false;
+  SmallTileFn tile;
+  if (n <= 8 && lanes > 8) {
+    tile = SmallTileNNFor<hn::Full256<float>, 1>(g.trans_a, n == 8, false, false, m);
+  } else if (n <= lanes) {
+    tile = SmallTileNNFor<DF, 1>(g.trans_a, n == lanes, false, false, m);
+  } else {
+    if (m > kSmallRows2) return false;
+    tile = SmallTileNNFor<DF, 2>(g.trans_a, n == 2 * lanes, false, false, m);
+  }
+  tile(g, 0, 0, n, ProductSpan{});
+  return true;
+}
+
 // C[i0..i1, j0..j1] of g on the small path (UseSmallPath said so), for every product of
 // span: 256-bit vectors for at most 8 columns (twice the FMAs per cycle of 512-bit ones where
 // those are split in two, as on Zen 4), else one or two full vectors.
