@@ -2,7 +2,8 @@
 //
 // Every element of C is one FMA chain over k in increasing order, split only at fixed KC
 // boundaries (packed path), then C = alpha·acc + beta·C; on the dot path (at most 4 columns),
-// lane-wise chains over k reduced in a fixed order. The tile an element falls in and the
+// lane-wise chains over k reduced in a fixed order; on AVX-512's pairs path (B transposed, 5 to
+// 8 columns: UsePairsNT) an even-k and an odd-k chain, added. The tile an element falls in and the
 // slice that computes it never change that chain, which is what makes results bitwise
 // independent of the thread count.
 
