@@ -192,6 +192,32 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t oa, int64_t ob, int6
   }
 }
 
+// Rows [i0, i1) in tiles of at most kMax rows, as even as possible (which tile a row falls in
+// changes none of its values), calling tile(i, rows) for each.
+template <int kMax, class F>
+HWY_INLINE void ForEachRowTile(int64_t i0, int64_t i1, const F& tile) {
+  const int64_t m = i1 - i0, tiles = (m + kMax - 1) / kMax;
+  // The first m % tiles tiles one row taller (one division per block, none for one tile).
+  const int64_t base = tiles == 1 ? m : m / tiles, taller = tiles == 1 ? 0 : m % tiles;
+  int64_t i = i0;
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t rows = base + (t < taller ? 1 : 0);
+    tile(i, rows);
+    i += rows;
+  }
+}
+
+// product(a, b, c) for every product of span, given the first one's operands at a0, b0, c0:
+// one product (every per-call GEMM) straight, a batch in a loop, the caller's setup shared.
+template <class F>
+HWY_INLINE void ForEachProduct(const ProductSpan& span, const float* a0, const float* b0, float* c0, const F& product) {
+  if (span.p0 == 0 && span.p1 == 1) {
+    product(a0, b0, c0);
+    return;
+  }
+  for (ProductSpan::Cursor at(span); at.p < span.p1; at.next()) product(a0 + at.a(), b0 + at.b(), c0 + at.c());
+}
+
 // SmallTileNN for a transposed B (op(B)(kk, j) = b[j·ldb + kk], one vector of columns): each
 // chunk of 8 k-steps of the cols rows of B is transposed in registers into the 8 vectors of
 // op(B) rows it holds (8 × 8 for 8 lanes; for 16, both halves at once in 512-bit vectors:
@@ -214,7 +240,6 @@ HWY_INLINE void SmallTileNT(D d, const GemmArgs& g, const ProductSpan& span, int
   const float* const a0 = g.a + (kTransA ? i : i * lda);
   const float* const b0 = g.b + j * ldb;
   float* const c0 = g.c + i * ldc + j;
-  // One product (every per-call GEMM) straight; a batch in a loop, the setup above shared.
   const auto product = [&](const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, float* HWY_RESTRICT c) HWY_ATTR __attribute__((always_inline)) {
     V acc[R];
 #pragma GCC unroll 12
@@ -257,11 +282,7 @@ HWY_INLINE void SmallTileNT(D d, const GemmArgs& g, const ProductSpan& span, int
     for (int r = 0; r < R; ++r)
       SmallStoreVec<true, false, false>(d, acc[r], va, vb, combine, mcols, hn::Zero(d), g, i + r, j, c + r * ldc);
   };
-  if (span.p0 == 0 && span.p1 == 1) {
-    product(a0, b0, c0);
-    return;
-  }
-  for (ProductSpan::Cursor at(span); at.p < span.p1; at.next()) product(a0 + at.a(), b0 + at.b(), c0 + at.c());
+  ForEachProduct(span, a0, b0, c0, product);
 }
 
 // Products with a transposed B of 5 to 8 columns and A not transposed (Q·Kᵀ and dY·Vᵀ at
@@ -376,21 +397,13 @@ HWY_INLINE void PairTileNT(const GemmArgs& g, const ProductSpan& span, int64_t i
                                               j, c + (r + 1) * ldc);
     }
   };
-  if (span.p0 == 0 && span.p1 == 1) {
-    product(a0, b0, c0);
-    return;
-  }
-  for (ProductSpan::Cursor at(span); at.p < span.p1; at.next()) product(a0 + at.a(), b0 + at.b(), c0 + at.c());
+  ForEachProduct(span, a0, b0, c0, product);
 }
 
 // Rows [i0, i1) of every product of span in tiles of at most kSmallRows1 rows (see UsePairsNT).
 HWY_INLINE void PairRowsNT(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1, const ProductSpan& span) {
   constexpr int kMax = static_cast<int>(kSmallRows1);
-  const int64_t m = i1 - i0, tiles = (m + kMax - 1) / kMax;
-  const int64_t base = tiles == 1 ? m : m / tiles, taller = tiles == 1 ? 0 : m % tiles;
-  int64_t i = i0;
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t rows = base + (t < taller ? 1 : 0);
+  ForEachRowTile<kMax>(i0, i1, [&](int64_t i, int64_t rows) {
     WithCount<kMax>(rows, [&](auto r_tag) {
       WithFlag(g.bias != nullptr, [&](auto b) {
         WithFlag(g.has_epilogue(), [&](auto e) {
@@ -398,23 +411,7 @@ HWY_INLINE void PairRowsNT(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0
         });
       });
     });
-    i += rows;
-  }
-}
-
-// Rows [i0, i1) in tiles of at most kMax rows, as even as possible (which tile a row falls in
-// changes none of its values), calling tile(i, rows) for each.
-template <int kMax, class F>
-HWY_INLINE void ForEachRowTile(int64_t i0, int64_t i1, const F& tile) {
-  const int64_t m = i1 - i0, tiles = (m + kMax - 1) / kMax;
-  // The first m % tiles tiles one row taller (one division per block, none for one tile).
-  const int64_t base = tiles == 1 ? m : m / tiles, taller = tiles == 1 ? 0 : m % tiles;
-  int64_t i = i0;
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t rows = base + (t < taller ? 1 : 0);
-    tile(i, rows);
-    i += rows;
-  }
+  });
 }
 
 // Rows [i0, i1) of every product of span, B transposed (SmallTileNT), in tiles.
