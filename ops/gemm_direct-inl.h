@@ -175,7 +175,7 @@ HWY_INLINE hn::Vec<D> DirectBroadcast(D d, const float* HWY_RESTRICT p) {
 // kEpilogue (C overwritten only) g's relu / mask / addend go into the same stores, c being
 // C[i, j] (EpilogueLanes: the separate pass's bits).
 template <class D, int R, int NV, bool kBias, bool kAlphaOne, bool kEpilogue = false>
-HWY_INLINE void DirectTileN(D d, const GemmArgs& g, const float* HWY_RESTRICT a, int64_t ar,
+HWY_NOINLINE void DirectTileN(D d, const GemmArgs& g, const float* HWY_RESTRICT a, int64_t ar,
                             int64_t ak, const float* HWY_RESTRICT b, int64_t ldb,
                             float* HWY_RESTRICT c, const float* HWY_RESTRICT bias,
                             Combine combine, int64_t i = 0, int64_t j = 0) {
@@ -192,6 +192,9 @@ HWY_INLINE void DirectTileN(D d, const GemmArgs& g, const float* HWY_RESTRICT a,
   const float* HWY_RESTRICT base[kBases];
 #pragma GCC unroll 4
   for (int q = 0; q < kBases; ++q) base[q] = a + 3 * q * ar;
+  // Every caller has k >= 1 (k == 0 only scales C, in ops/gemm.cc): told so, g++ keeps the
+  // accumulators in registers instead of merging a zero-trip path's through a stack copy.
+  HWY_ASSUME(k >= 1);
 #pragma GCC unroll 2
   for (int64_t kk = 0; kk < k; ++kk) {
     V bv[NV];
