@@ -48,7 +48,7 @@ HWY_NOINLINE void GemmSmallProductRest(const gemm_detail::GemmArgs& g) {
 
 void GemmSmallProductTarget(const gemm_detail::GemmArgs& g) {
 #if ATTNKIT_HAVE_SMALL_GEMM
-  if (SmallOneTileNN(g)) return;
+  if (SmallOneTileNN(g) || PairOneTileNT(g) || SmallOneTileNT(g)) return;
 #endif
   GemmSmallProductRest(g);
 }

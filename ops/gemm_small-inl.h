@@ -59,6 +59,26 @@ inline Combine SmallCombine(const GemmArgs& g) {
   return g.beta == 0.0f && g.alpha == 1.0f ? Combine::kCopy : FirstCombine(g.beta);
 }
 
+// Calls f(std::integral_constant<Combine, combine>()): a tile's stores with their combine a
+// constant, one loop per combine (no branch between the stores, no choice between vectors).
+template <class F>
+HWY_INLINE void WithCombine(Combine combine, const F& f) {
+  switch (combine) {
+    case Combine::kCopy:
+      f(std::integral_constant<Combine, Combine::kCopy>());
+      return;
+    case Combine::kOverwrite:
+      f(std::integral_constant<Combine, Combine::kOverwrite>());
+      return;
+    case Combine::kAdd:
+      f(std::integral_constant<Combine, Combine::kAdd>());
+      return;
+    case Combine::kScale:
+      f(std::integral_constant<Combine, Combine::kScale>());
+      return;
+  }
+}
+
 // p[lanes of m] = alpha·acc combined with C as CombineVec does (the direct path's write-back,
 // lane for lane), with kBias + bias as CombineBias rounds it, with kEpilogue g's epilogue for
 // row i and columns from j (EpilogueLanes); every lane when !kMasked. The vectors come by
@@ -278,9 +298,13 @@ HWY_INLINE void SmallTileNT(D d, const GemmArgs& g, const ProductSpan& span, int
         a += kTransA ? lda : 1;
       }
     }
+    // One loop per combine, each with its combine a constant (no branches between the stores).
+    WithCombine(combine, [&](auto combine_tag) HWY_ATTR __attribute__((always_inline)) {
 #pragma GCC unroll 12
-    for (int r = 0; r < R; ++r)
-      SmallStoreVec<true, false, false>(d, acc[r], va, vb, combine, mcols, hn::Zero(d), g, i + r, j, c + r * ldc);
+      for (int r = 0; r < R; ++r)
+        SmallStoreVec<true, false, false>(d, acc[r], va, vb, decltype(combine_tag)::value, mcols, hn::Zero(d), g,
+                                          i + r, j, c + r * ldc);
+    });
   };
   ForEachProduct(span, a0, b0, c0, product);
 }
@@ -356,15 +380,35 @@ HWY_INLINE void PairTileNT(const GemmArgs& g, const ProductSpan& span, int64_t i
     V acc[R];
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) acc[r] = hn::Zero(d);
-    for (int64_t k0 = 0; k0 < k; k0 += 16) {
-      const int64_t kc = std::min<int64_t>(16, k - k0), pairs = kc / 2;
-      VD bt[8];  // bt[p]: (k0 + 2p, k0 + 2p + 1) of the 8 columns; zero past k
-      {
+    // 16 k-steps of B's 8 rows: kc of them loaded (the rest zero), transposed into pairs.
+    const auto load_pairs = [&](int64_t k0, int64_t kc, auto whole_tag, VD (&bt)[8]) HWY_ATTR __attribute__((always_inline)) {
+      VD in[8];
+      if constexpr (decltype(whole_tag)::value) {
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; ++q) in[q] = hn::BitCast(dd, hn::LoadU(d, b + row_offset[q] + k0));
+      } else {
         const auto km = hn::FirstN(d, static_cast<size_t>(kc));
-        VD in[8];
+#pragma GCC unroll 8
         for (int q = 0; q < 8; ++q) in[q] = hn::BitCast(dd, hn::MaskedLoad(km, d, b + row_offset[q] + k0));
-        TransposePairs8x8(in, bt);
       }
+      TransposePairs8x8(in, bt);
+    };
+    // Whole chunks: 8 pairs each, no masks and no counts (the common case, k = 16, 32, 64).
+    int64_t k0 = 0;
+    for (; k0 + 16 <= k; k0 += 16) {
+      VD bt[8];
+      load_pairs(k0, 16, std::true_type(), bt);
+#pragma GCC unroll 8
+      for (int p = 0; p < 8; ++p) {
+        const V bp = hn::BitCast(d, bt[p]);
+#pragma GCC unroll 12
+        for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(PairOfA(a + r * lda + k0 + 2 * p), bp, acc[r]);
+      }
+    }
+    if (k0 < k) {  // the last kc < 16 k-steps: the same FMAs in the same order
+      const int64_t kc = k - k0, pairs = kc / 2;
+      VD bt[8];  // bt[p]: (k0 + 2p, k0 + 2p + 1) of the 8 columns; zero past k
+      load_pairs(k0, kc, std::false_type(), bt);
 #pragma GCC unroll 8
       for (int p = 0; p < 8; ++p) {
         if (p >= pairs) break;
@@ -384,18 +428,23 @@ HWY_INLINE void PairTileNT(const GemmArgs& g, const ProductSpan& span, int64_t i
         }
       }
     }
-    // Even + odd lanes of two rows at once: lanes 0..7 row r, 8..15 row r + 1.
+    // Even + odd lanes of two rows at once: lanes 0..7 row r, 8..15 row r + 1. One loop per
+    // combine, each with its combine a constant (no branches between the stores).
+    const auto store_rows = [&](auto combine_tag) HWY_ATTR __attribute__((always_inline)) {
+      constexpr Combine kCombine = decltype(combine_tag)::value;
 #pragma GCC unroll 12
-    for (int r = 0; r < R; r += 2) {
-      const V second = r + 1 < R ? acc[r + 1] : acc[r];
-      const V sum = hn::Add(V{_mm512_permutex2var_ps(acc[r].raw, evens, second.raw)},
-                            V{_mm512_permutex2var_ps(acc[r].raw, odds, second.raw)});
-      SmallStoreVec<true, kBias, kEpilogue>(d8, hn::LowerHalf(d8, sum), va, vb, combine, mcols, bias, g, i + r, j,
-                                            c + r * ldc);
-      if (r + 1 < R)
-        SmallStoreVec<true, kBias, kEpilogue>(d8, hn::UpperHalf(d8, sum), va, vb, combine, mcols, bias, g, i + r + 1,
-                                              j, c + (r + 1) * ldc);
-    }
+      for (int r = 0; r < R; r += 2) {
+        const V second = r + 1 < R ? acc[r + 1] : acc[r];
+        const V sum = hn::Add(V{_mm512_permutex2var_ps(acc[r].raw, evens, second.raw)},
+                              V{_mm512_permutex2var_ps(acc[r].raw, odds, second.raw)});
+        SmallStoreVec<true, kBias, kEpilogue>(d8, hn::LowerHalf(d8, sum), va, vb, kCombine, mcols, bias, g, i + r, j,
+                                              c + r * ldc);
+        if (r + 1 < R)
+          SmallStoreVec<true, kBias, kEpilogue>(d8, hn::UpperHalf(d8, sum), va, vb, kCombine, mcols, bias, g, i + r + 1,
+                                                j, c + (r + 1) * ldc);
+      }
+    };
+    WithCombine(combine, store_rows);
   };
   ForEachProduct(span, a0, b0, c0, product);
 }
@@ -412,6 +461,59 @@ HWY_INLINE void PairRowsNT(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0
       });
     });
   });
+}
+
+// One whole pairs product (UsePairsNT) of R rows, no bias and no epilogue: sgemm_slice's per-call
+// Q·Kᵀ and dY·Vᵀ at T <= 8, reached from the dispatch through a table (PairOneTileNT).
+template <int R>
+HWY_NOINLINE void PairTileOne(const GemmArgs& g) {
+  PairTileNT<R, false, false>(g, ProductSpan{}, 0, 0, g.n);
+}
+
+// The per-call form of PairRowsNT (see SmallOneTileNN): a whole product of at most
+// kSmallRows1 rows on the pairs path, without bias or epilogue, straight to its tile
+// function; false (nothing done) for any other product.
+HWY_INLINE bool PairOneTileNT(const GemmArgs& g) {
+  if (!UsePairsNT(g) || g.m > kSmallRows1 || g.bias != nullptr || g.has_epilogue()) return false;
+  using Fn = void (*)(const GemmArgs&);
+  static constexpr Fn kTiles[] = {&PairTileOne<1>, &PairTileOne<2>,  &PairTileOne<3>,  &PairTileOne<4>,
+                                  &PairTileOne<5>, &PairTileOne<6>,  &PairTileOne<7>,  &PairTileOne<8>,
+                                  &PairTileOne<9>, &PairTileOne<10>, &PairTileOne<11>, &PairTileOne<12>};
+  static_assert(sizeof(kTiles) / sizeof(kTiles[0]) == kSmallRows1, "one tile function per row count");
+  kTiles[g.m - 1](g);
+  return true;
+}
+
+// One whole product of R rows with B transposed and A not (SmallTileNT, vectors of D): the
+// per-call Q·Kᵀ and dY·Vᵀ at T = 9 to 16 (see SmallOneTileNT).
+template <class D, int R>
+HWY_NOINLINE void SmallTileOneNT(const GemmArgs& g) {
+  SmallTileNT<D, R, false>(D(), g, ProductSpan{}, 0, 0, g.n);
+}
+
+template <class D>
+HWY_INLINE void SmallOneTileNTFor(const GemmArgs& g) {
+  using Fn = void (*)(const GemmArgs&);
+  static constexpr Fn kTiles[] = {&SmallTileOneNT<D, 1>, &SmallTileOneNT<D, 2>,  &SmallTileOneNT<D, 3>,
+                                  &SmallTileOneNT<D, 4>, &SmallTileOneNT<D, 5>,  &SmallTileOneNT<D, 6>,
+                                  &SmallTileOneNT<D, 7>, &SmallTileOneNT<D, 8>,  &SmallTileOneNT<D, 9>,
+                                  &SmallTileOneNT<D, 10>, &SmallTileOneNT<D, 11>, &SmallTileOneNT<D, 12>};
+  static_assert(sizeof(kTiles) / sizeof(kTiles[0]) == kSmallRows1, "one tile function per row count");
+  kTiles[g.m - 1](g);
+}
+
+// A whole product with B transposed, A not, no bias and no epilogue, that the small path
+// computes in one row tile of SmallTileNT (the choice GemmSmall makes, made here): straight to
+// its tile function. False (nothing done) for any other product, and for the pairs path's
+// (UsePairsNT, which takes them first).
+HWY_INLINE bool SmallOneTileNT(const GemmArgs& g) {
+  if (!g.trans_b || g.trans_a || g.m > kSmallRows1 || UsePairsNT(g) || !UseSmallPath(g, 0, g.m, 0, g.n) ||
+      gemm_detail::use_packed_path(g.m, g.n, g.k, true) || gemm_detail::use_short_k_path(g.m, g.n, g.k))
+    return false;
+  // (9 to 16 columns here: 5 to 8 are the pairs path's, fewer not the small path's, so GemmSmall
+  // would pick full vectors.)
+  SmallOneTileNTFor<DF>(g);
+  return true;
 }
 
 // Rows [i0, i1) of every product of span, B transposed (SmallTileNT), in tiles.

@@ -653,7 +653,8 @@ TEST_CASE("small products and the dot path at ragged sizes match a double refere
   const std::vector<int64_t> ms = {1, 2, 3, 5, 7, 8, 9, 10, 11, 12, 13, 16, 17, 24, 25, 31, 33};
   const std::vector<int64_t> ns = {1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 15, 16, 17, 24, 31, 32, 33};
   const std::vector<int64_t> ks = {1, 2, 7, 8, 9, 10, 16, 17, 31, 33};
-  const std::vector<std::pair<float, float>> scalars = {{1, 0}, {1, 1}, {-0.5f, 1.5f}};
+  // (alpha, beta): C copied, added to, scaled and added to, overwritten with alpha·AB.
+  const std::vector<std::pair<float, float>> scalars = {{1, 0}, {1, 1}, {-0.5f, 1.5f}, {2, 0}};
   attnkit::test::for_each_simd_target([&](const std::string& target) {
     uint32_t seed = 5000;
     for (int trans = 0; trans < 4; ++trans)
@@ -684,7 +685,7 @@ TEST_CASE("small products and the dot path at ragged sizes match a double refere
 // 16-k chunks, tiles of up to 12 rows; the same bits whatever the slices or the batching, a
 // bias and an epilogue in the same stores.
 TEST_CASE("products with a transposed B of 5 to 8 columns (k in pairs) match a double reference", "[gemm]") {
-  const std::vector<std::pair<float, float>> scalars = {{1, 0}, {-0.5f, 1}, {2, -0.5f}};
+  const std::vector<std::pair<float, float>> scalars = {{1, 0}, {-0.5f, 1}, {2, -0.5f}, {2, 0}};
   attnkit::test::for_each_simd_target([&](const std::string& target) {
     uint32_t seed = 7100;
     for (int64_t m : {1, 2, 8, 13, 25, 40})
