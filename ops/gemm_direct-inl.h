@@ -174,8 +174,19 @@ HWY_INLINE hn::Vec<D> DirectBroadcast(D d, const float* HWY_RESTRICT p) {
 // chains and the write-back are AccumulateTile's and StoreTile's, element for element. With
 // kEpilogue (C overwritten only) g's relu / mask / addend go into the same stores, c being
 // C[i, j] (EpilogueLanes: the separate pass's bits).
+// Out of line on AVX-512, where short-k products take the small path instead and every whole
+// tile here runs k > 16: inlined into GemmDirect, its epilogue kept 24 C addresses in stack
+// slots and the rest of GemmDirect lost registers to it (640 × 32 × 32: 0.89–0.97× → 1.00×
+// OpenBLAS on Zen 5). Inline elsewhere: on AVX2 every product's tiles come here, k = 2 too,
+// whose tiles a call per tile made 10% slower.
+#undef ATTNKIT_DIRECT_TILE_INLINE
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#define ATTNKIT_DIRECT_TILE_INLINE HWY_NOINLINE
+#else
+#define ATTNKIT_DIRECT_TILE_INLINE HWY_INLINE
+#endif
 template <class D, int R, int NV, bool kBias, bool kAlphaOne, bool kEpilogue = false>
-HWY_NOINLINE void DirectTileN(D d, const GemmArgs& g, const float* HWY_RESTRICT a, int64_t ar,
+ATTNKIT_DIRECT_TILE_INLINE void DirectTileN(D d, const GemmArgs& g, const float* HWY_RESTRICT a, int64_t ar,
                             int64_t ak, const float* HWY_RESTRICT b, int64_t ldb,
                             float* HWY_RESTRICT c, const float* HWY_RESTRICT bias,
                             Combine combine, int64_t i = 0, int64_t j = 0) {
