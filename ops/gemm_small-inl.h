@@ -393,17 +393,19 @@ HWY_INLINE void PairTileNT(const GemmArgs& g, const ProductSpan& span, int64_t i
       }
       TransposePairs8x8(in, bt);
     };
+    // Pair p of the chunk at k0: one FMA per row.
+    const auto fma_pair = [&](int64_t k0, int p, const VD (&bt)[8]) HWY_ATTR __attribute__((always_inline)) {
+      const V bp = hn::BitCast(d, bt[p]);
+#pragma GCC unroll 12
+      for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(PairOfA(a + r * lda + k0 + 2 * p), bp, acc[r]);
+    };
     // Whole chunks: 8 pairs each, no masks and no counts (the common case, k = 16, 32, 64).
     int64_t k0 = 0;
     for (; k0 + 16 <= k; k0 += 16) {
       VD bt[8];
       load_pairs(k0, 16, std::true_type(), bt);
 #pragma GCC unroll 8
-      for (int p = 0; p < 8; ++p) {
-        const V bp = hn::BitCast(d, bt[p]);
-#pragma GCC unroll 12
-        for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(PairOfA(a + r * lda + k0 + 2 * p), bp, acc[r]);
-      }
+      for (int p = 0; p < 8; ++p) fma_pair(k0, p, bt);
     }
     if (k0 < k) {  // the last kc < 16 k-steps: the same FMAs in the same order
       const int64_t kc = k - k0, pairs = kc / 2;
@@ -412,9 +414,7 @@ HWY_INLINE void PairTileNT(const GemmArgs& g, const ProductSpan& span, int64_t i
 #pragma GCC unroll 8
       for (int p = 0; p < 8; ++p) {
         if (p >= pairs) break;
-        const V bp = hn::BitCast(d, bt[p]);
-#pragma GCC unroll 12
-        for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(PairOfA(a + r * lda + k0 + 2 * p), bp, acc[r]);
+        fma_pair(k0, p, bt);
       }
       if (kc & 1) {  // the last k alone: A(r, k - 1) in the even lanes, zero in the odd ones
         const V bp = hn::BitCast(d, bt[pairs]);
@@ -463,11 +463,32 @@ HWY_INLINE void PairRowsNT(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0
   });
 }
 
-// One whole pairs product (UsePairsNT) of R rows, no bias and no epilogue: sgemm_slice's per-call
-// Q·Kᵀ and dY·Vᵀ at T <= 8, reached from the dispatch through a table (PairOneTileNT).
+// sgemm_slice's whole products of at most kSmallRows1 rows are never the packed or short-k
+// path's (both need m >= 48), so the per-call paths below need not ask.
+inline constexpr bool kOneTileRowsNeverPacked = kSmallRows1 < 48;
+static_assert(kOneTileRowsNeverPacked, "see use_packed_path and use_short_k_path");
+
+// One whole product of R rows, no bias and no epilogue (sgemm_slice's per-call Q·Kᵀ and dY·Vᵀ):
+// on the pairs path at T <= 8 (5 to 8 columns), in SmallTileNT's full vectors at T = 9 to 16.
 template <int R>
-HWY_NOINLINE void PairTileOne(const GemmArgs& g) {
-  PairTileNT<R, false, false>(g, ProductSpan{}, 0, 0, g.n);
+struct PairTileOne {
+  static HWY_NOINLINE void Run(const GemmArgs& g) { PairTileNT<R, false, false>(g, ProductSpan{}, 0, 0, g.n); }
+};
+template <int R>
+struct SmallTileOneNT {
+  static HWY_NOINLINE void Run(const GemmArgs& g) { SmallTileNT<DF, R, false>(DF(), g, ProductSpan{}, 0, 0, g.n); }
+};
+
+// Tile<rows>::Run for rows 1..kSmallRows1, indexed by rows - 1.
+using OneTileFn = void (*)(const GemmArgs&);
+template <template <int> class Tile, size_t... I>
+constexpr std::array<OneTileFn, sizeof...(I)> MakeOneTiles(std::index_sequence<I...>) {
+  return {{&Tile<static_cast<int>(I) + 1>::Run...}};
+}
+template <template <int> class Tile>
+HWY_INLINE void RunOneTile(const GemmArgs& g) {
+  static constexpr auto kTiles = MakeOneTiles<Tile>(std::make_index_sequence<static_cast<size_t>(kSmallRows1)>());
+  kTiles[static_cast<size_t>(g.m - 1)](g);
 }
 
 // The per-call form of PairRowsNT (see SmallOneTileNN): a whole product of at most
@@ -475,44 +496,18 @@ HWY_NOINLINE void PairTileOne(const GemmArgs& g) {
 // function; false (nothing done) for any other product.
 HWY_INLINE bool PairOneTileNT(const GemmArgs& g) {
   if (!UsePairsNT(g) || g.m > kSmallRows1 || g.bias != nullptr || g.has_epilogue()) return false;
-  using Fn = void (*)(const GemmArgs&);
-  static constexpr Fn kTiles[] = {&PairTileOne<1>, &PairTileOne<2>,  &PairTileOne<3>,  &PairTileOne<4>,
-                                  &PairTileOne<5>, &PairTileOne<6>,  &PairTileOne<7>,  &PairTileOne<8>,
-                                  &PairTileOne<9>, &PairTileOne<10>, &PairTileOne<11>, &PairTileOne<12>};
-  static_assert(sizeof(kTiles) / sizeof(kTiles[0]) == kSmallRows1, "one tile function per row count");
-  kTiles[g.m - 1](g);
+  RunOneTile<PairTileOne>(g);
   return true;
-}
-
-// One whole product of R rows with B transposed and A not (SmallTileNT, vectors of D): the
-// per-call Q·Kᵀ and dY·Vᵀ at T = 9 to 16 (see SmallOneTileNT).
-template <class D, int R>
-HWY_NOINLINE void SmallTileOneNT(const GemmArgs& g) {
-  SmallTileNT<D, R, false>(D(), g, ProductSpan{}, 0, 0, g.n);
-}
-
-template <class D>
-HWY_INLINE void SmallOneTileNTFor(const GemmArgs& g) {
-  using Fn = void (*)(const GemmArgs&);
-  static constexpr Fn kTiles[] = {&SmallTileOneNT<D, 1>, &SmallTileOneNT<D, 2>,  &SmallTileOneNT<D, 3>,
-                                  &SmallTileOneNT<D, 4>, &SmallTileOneNT<D, 5>,  &SmallTileOneNT<D, 6>,
-                                  &SmallTileOneNT<D, 7>, &SmallTileOneNT<D, 8>,  &SmallTileOneNT<D, 9>,
-                                  &SmallTileOneNT<D, 10>, &SmallTileOneNT<D, 11>, &SmallTileOneNT<D, 12>};
-  static_assert(sizeof(kTiles) / sizeof(kTiles[0]) == kSmallRows1, "one tile function per row count");
-  kTiles[g.m - 1](g);
 }
 
 // A whole product with B transposed, A not, no bias and no epilogue, that the small path
 // computes in one row tile of SmallTileNT (the choice GemmSmall makes, made here): straight to
 // its tile function. False (nothing done) for any other product, and for the pairs path's
-// (UsePairsNT, which takes them first).
+// (UsePairsNT, which takes them first). 9 to 16 columns reach it (5 to 8 are the pairs path's,
+// fewer not the small path's), so GemmSmall would pick full vectors.
 HWY_INLINE bool SmallOneTileNT(const GemmArgs& g) {
-  if (!g.trans_b || g.trans_a || g.m > kSmallRows1 || UsePairsNT(g) || !UseSmallPath(g, 0, g.m, 0, g.n) ||
-      gemm_detail::use_packed_path(g.m, g.n, g.k, true) || gemm_detail::use_short_k_path(g.m, g.n, g.k))
-    return false;
-  // (9 to 16 columns here: 5 to 8 are the pairs path's, fewer not the small path's, so GemmSmall
-  // would pick full vectors.)
-  SmallOneTileNTFor<DF>(g);
+  if (!g.trans_b || g.trans_a || g.m > kSmallRows1 || UsePairsNT(g) || !UseSmallPath(g, 0, g.m, 0, g.n)) return false;
+  RunOneTile<SmallTileOneNT>(g);
   return true;
 }
 
@@ -588,8 +583,9 @@ HWY_INLINE void SmallBlock(D d, const GemmArgs& g, int64_t i0, int64_t i1, int64
 // done) for any other product.
 HWY_INLINE bool SmallOneTileNN(const GemmArgs& g) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(DF())), m = g.m, n = g.n;
+  // (At most kSmallRows1 rows: never the packed or short-k path's, see kOneTileRowsNeverPacked.)
   if (g.trans_b || g.bias != nullptr || g.has_epilogue() || m > kSmallRows1 || n < 5 || n > 2 * lanes ||
-      g.k > 256 || gemm_detail::use_packed_path(m, n, g.k, false) || gemm_detail::use_short_k_path(m, n, g.k))
+      g.k > 256)
     return false;
   SmallTileFn tile;
   if (n <= 8 && lanes > 8) {
