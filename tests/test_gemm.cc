@@ -786,9 +786,12 @@ TEST_CASE("lesson-sized attention products over interleaved heads", "[gemm]") {
 // bitwise across slice counts, and the first rows bitwise those of the same rows computed as a
 // product of their own (a small product on AVX-512: another path, the same FMA chains).
 TEST_CASE("direct-path register tiles and the alpha = 1 write-back", "[gemm]") {
-  const std::vector<int64_t> ms = {25, 30, 37, 97, 130};
+  // Rows: on AVX-512, 12-row tiles and then one tile of the 7 to 11 rows left (19..23, 32,
+  // 44, 130) or tiles of at most 6 (25, 30, 37, 97); k = 300: deep products, walked in k
+  // chunks except one tile of columns over at most 36 rows.
+  const std::vector<int64_t> ms = {19, 20, 21, 22, 23, 25, 30, 32, 37, 44, 97, 130};
   const std::vector<int64_t> ns = {5, 8, 15, 16, 17, 24, 31, 32, 33, 40, 47, 48, 64, 65, 80};
-  const std::vector<int64_t> ks = {1, 2, 17, 32, 33};
+  const std::vector<int64_t> ks = {1, 2, 17, 32, 33, 300};
   const std::vector<std::pair<float, float>> scalars = {
       {1, 0}, {1, 1}, {1, -0.5f}, {0.5f, 0}, {-2, 1}, {1.5f, 0.25f}};
   for (int half : {-1, 1}) {  // the default (512-bit) and the 256-bit AVX-512 tiles
@@ -814,7 +817,7 @@ TEST_CASE("direct-path register tiles and the alpha = 1 write-back", "[gemm]") {
             const std::vector<float> with_bias = run_bias_slices(p, bias.data(), 1);
             check_against_reference(p, with_bias, bias.data());
             REQUIRE(bitwise_equal(with_bias, run_bias_slices(p, bias.data(), 3)));
-            if (!p.ta) {  // the first 24 rows on their own (A's rows are contiguous)
+            if (!p.ta && m > 24) {  // the first 24 rows on their own (A's rows are contiguous)
               std::vector<float> c = p.c;
               attnkit::sgemm_slice(false, p.tb, 24, n, k, alpha, p.a.data(), p.lda, p.b.data(),
                                    p.ldb, beta, c.data(), p.ldc, Slice{});
