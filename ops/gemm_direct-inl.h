@@ -16,7 +16,7 @@
 #include "hwy/highway.h"
 #include "ops/gemm_small-inl.h"  // GemmSmall (AVX-512)
 #include "ops/gemm_tile-inl.h"  // DF, VF, GemmArgs, tiles, ForEachRowTile
-#include "ops/ops_simd-inl.h"   // TransposeBlock8x8
+#include "ops/ops_simd-inl.h"   // TransposeBlock8x8, WithCount
 
 HWY_BEFORE_NAMESPACE();
 namespace attnkit::HWY_NAMESPACE {
@@ -428,18 +428,6 @@ inline HWY_NOINLINE void GemmDirectChunked(DF d, const GemmArgs& g, const float*
   }
 }
 
-// f(std::integral_constant<int, rows>()) for rows in 7..11.
-template <class F>
-HWY_INLINE void WithRowsUpTo11(int64_t rows, const F& f) {
-  switch (rows) {
-    case 7: f(std::integral_constant<int, 7>()); return;
-    case 8: f(std::integral_constant<int, 8>()); return;
-    case 9: f(std::integral_constant<int, 9>()); return;
-    case 10: f(std::integral_constant<int, 10>()); return;
-    default: f(std::integral_constant<int, 11>()); return;
-  }
-}
-
 #ifndef ATTNKIT_TALL_ROWS
 #define ATTNKIT_TALL_ROWS 12
 #endif
@@ -463,8 +451,9 @@ HWY_INLINE void DirectBlock(DF d, const GemmArgs& g, const float* b, int64_t ldb
         // and B with a broadcast per two FMAs; dW 32 × 256 × 32: 12 + 12 + 4 + 4 rows 0.95×,
         // 12 + 12 + 8 1.02× OpenBLAS on Zen 5).
         if (ie - i > kMR) {
-          WithRowsUpTo11(ie - i, [&](auto r_tag) {
-            DirectRows<decltype(r_tag)::value, kBias, kAlphaOne, false, kEpilogue>(d, g, i, b, ldb, j0, j1);
+          WithCount<kTallRows - 1>(ie - i, [&](auto r_tag) {
+            constexpr int kRows = decltype(r_tag)::value;
+            if constexpr (kRows > kMR) DirectRows<kRows, kBias, kAlphaOne, false, kEpilogue>(d, g, i, b, ldb, j0, j1);
           });
           i = ie;
         }

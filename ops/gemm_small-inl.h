@@ -106,6 +106,17 @@ HWY_INLINE void SmallStoreVec(D d, hn::Vec<D> acc, hn::Vec<D> va, hn::Vec<D> vb,
   }
 }
 
+// The vector at p of a tile's last column vector: whole with kFull, else its lanes in mlast.
+template <bool kFull, class D, class M>
+HWY_INLINE hn::Vec<D> LoadLast(D d, M mlast, const float* HWY_RESTRICT p) {
+  if constexpr (kFull) {
+    (void)mlast;
+    return hn::LoadU(d, p);
+  } else {
+    return hn::MaskedLoad(mlast, d, p);
+  }
+}
+
 // Rows i..i+R, columns j..j+cols (cols <= NV·Lanes(d), the last vector partial) of C, op(B) in
 // place (B not transposed): row kk of op(B) at b + kk·ldb.
 // kFull: cols == NV·Lanes(d), every vector stored whole (a masked store of a full mask costs
@@ -125,7 +136,7 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t oa, int64_t ob, int6
   V acc0[R], acc1[R], acc2[R], acc3[R];  // one-dimensional local arrays: they stay in registers
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = acc2[r] = acc3[r] = hn::Zero(d);
-  bool done = false;
+  bool permuted = false;  // k done by the permuted-rows loop below
   if constexpr (NV == 1 && !kTransA && hn::MaxLanes(D()) == 16) {
     // All of k in one vector of each A row (k <= 16: the lessons' P·V, dS·K and their batched
     // 10 × 16 × 10): the odd rows' A values are lanes of a register, moved into place with a
@@ -141,12 +152,7 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t oa, int64_t ob, int6
       const __m512i one = _mm512_set1_epi32(1);
 #pragma GCC unroll 2
       for (int64_t kk = 0; kk < k; ++kk) {
-        V bv;
-        if constexpr (kFull) {
-          bv = hn::LoadU(d, b);
-        } else {
-          bv = hn::MaskedLoad(mlast, d, b);
-        }
+        const V bv = LoadLast<kFull>(d, mlast, b);
 #pragma GCC unroll 6
         for (int r = 0; r < R; r += 2) acc0[r] = hn::MulAdd(hn::Set(d, a[r * lda]), bv, acc0[r]);
 #pragma GCC unroll 6
@@ -156,30 +162,20 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t oa, int64_t ob, int6
         a += 1;
         b += ldb;
       }
-      done = true;
+      permuted = true;
     }
   }
-  if (!done)
+  if (!permuted)
 #pragma GCC unroll 2
   for (int64_t kk = 0; kk < k; ++kk) {
     if constexpr (NV == 1) {
-      V bv;
-      if constexpr (kFull) {
-        bv = hn::LoadU(d, b);
-      } else {
-        bv = hn::MaskedLoad(mlast, d, b);
-      }
+      const V bv = LoadLast<kFull>(d, mlast, b);
 #pragma GCC unroll 12
       for (int r = 0; r < R; ++r)
         acc0[r] = hn::MulAdd(hn::Set(d, kTransA ? a[r] : a[r * lda]), bv, acc0[r]);
     } else if constexpr (NV == 2) {
       const V bv0 = hn::LoadU(d, b);
-      V bv1;
-      if constexpr (kFull) {
-        bv1 = hn::LoadU(d, b + lanes);
-      } else {
-        bv1 = hn::MaskedLoad(mlast, d, b + lanes);
-      }
+      const V bv1 = LoadLast<kFull>(d, mlast, b + lanes);
 #pragma GCC unroll 12
       for (int r = 0; r < R; ++r) {
         const V av = hn::Set(d, kTransA ? a[r] : a[r * lda]);
@@ -188,12 +184,7 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t oa, int64_t ob, int6
       }
     } else {
       const V bv0 = hn::LoadU(d, b), bv1 = hn::LoadU(d, b + lanes), bv2 = hn::LoadU(d, b + 2 * lanes);
-      V bv3;
-      if constexpr (kFull) {
-        bv3 = hn::LoadU(d, b + 3 * lanes);
-      } else {
-        bv3 = hn::MaskedLoad(mlast, d, b + 3 * lanes);
-      }
+      const V bv3 = LoadLast<kFull>(d, mlast, b + 3 * lanes);
 #pragma GCC unroll 12
       for (int r = 0; r < R; ++r) {
         const V av = hn::Set(d, kTransA ? a[r] : a[r * lda]);
@@ -215,15 +206,15 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t oa, int64_t ob, int6
   V bias0 = hn::Zero(d), bias1 = hn::Zero(d), bias2 = hn::Zero(d), bias3 = hn::Zero(d);
   if constexpr (kBias) {
     if constexpr (NV == 1) {
-      bias0 = kFull ? hn::LoadU(d, g.bias + j) : hn::MaskedLoad(mlast, d, g.bias + j);
+      bias0 = LoadLast<kFull>(d, mlast, g.bias + j);
     } else if constexpr (NV == 2) {
       bias0 = hn::LoadU(d, g.bias + j);
-      bias1 = kFull ? hn::LoadU(d, g.bias + j + lanes) : hn::MaskedLoad(mlast, d, g.bias + j + lanes);
+      bias1 = LoadLast<kFull>(d, mlast, g.bias + j + lanes);
     } else {
       bias0 = hn::LoadU(d, g.bias + j);
       bias1 = hn::LoadU(d, g.bias + j + lanes);
       bias2 = hn::LoadU(d, g.bias + j + 2 * lanes);
-      bias3 = kFull ? hn::LoadU(d, g.bias + j + 3 * lanes) : hn::MaskedLoad(mlast, d, g.bias + j + 3 * lanes);
+      bias3 = LoadLast<kFull>(d, mlast, g.bias + j + 3 * lanes);
     }
   }
 #pragma GCC unroll 12
