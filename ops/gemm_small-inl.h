@@ -117,22 +117,48 @@ HWY_INLINE hn::Vec<D> LoadLast(D d, M mlast, const float* HWY_RESTRICT p) {
   }
 }
 
+// What one row tile of one product reads, in locals (see SmallTileSpanNN): A at its first row
+// (A(r, kk) = a[r·lda + kk], a[kk·lda + r] when A is transposed), B and C at column j (C at
+// row i), and the combine of alpha·acc with C.
+struct SmallOperands {
+  const float* a;
+  const float* b;
+  float* c;
+  int64_t lda, ldb, ldc, k;
+  float alpha, beta;
+  Combine combine;
+  // C is read (beta != 0) and too large to stay in L1 between calls: the tile asks for its
+  // lines before the k loop, so that they arrive during it (a Linear's dx accumulated into,
+  // 640 × 128 from k = 10: the loads of C after the loop stalled the stores, a third of the
+  // time). Not for small C (the attention's dS·K with beta 1): L1's, the prefetches only cost.
+  bool prefetch_c;
+};
+
+// Floats of C (rows · ldc) from which a C the tiles read is prefetched (see SmallOperands).
+inline constexpr int64_t kPrefetchCFloats = 4096;
+
 // Rows i..i+R, columns j..j+cols (cols <= NV·Lanes(d), the last vector partial) of C, op(B) in
 // place (B not transposed): row kk of op(B) at b + kk·ldb.
 // kFull: cols == NV·Lanes(d), every vector stored whole (a masked store of a full mask costs
 // several times a plain one on Zen 4). kBias: g.bias[j..] is added to every row (a Linear's);
 // kEpilogue: g's relu / mask / addend in the same store (a Linear–ReLU's backward dx).
 template <class D, int R, int NV, bool kTransA, bool kFull, bool kBias, bool kEpilogue>
-HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t oa, int64_t ob, int64_t oc, int64_t i, int64_t j,
-                            int64_t cols) {
+HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, const SmallOperands& o, int64_t i, int64_t j, int64_t cols) {
   static_assert(NV == 1 || NV == 2 || NV == 4, "one, two or four vectors per row");
   using V = hn::Vec<D>;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t lda = g.lda, ldb = g.ldb, k = g.k;
-  // A(r, kk) = a[r·ar + kk·ak].
-  const float* HWY_RESTRICT a = g.a + oa + (kTransA ? i : i * lda);
-  const float* HWY_RESTRICT b = g.b + ob + j;
+  const int64_t lda = o.lda, ldb = o.ldb, k = o.k;
+  const float* HWY_RESTRICT a = o.a;
+  const float* HWY_RESTRICT b = o.b;
   const auto mlast = hn::FirstN(d, static_cast<size_t>(cols - (NV - 1) * lanes));  // the last vector's lanes
+  if (o.prefetch_c) {
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) hwy::Prefetch(o.c + r * o.ldc + v * lanes);
+      hwy::Prefetch(o.c + r * o.ldc + cols - 1);
+    }
+  }
   V acc0[R], acc1[R], acc2[R], acc3[R];  // one-dimensional local arrays: they stay in registers
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = acc2[r] = acc3[r] = hn::Zero(d);
@@ -197,12 +223,10 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, int64_t oa, int64_t ob, int6
     a += kTransA ? lda : 1;
     b += ldb;
   }
-  const V va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
-  const Combine combine = SmallCombine(g);
-  // ldc in a local: read through g after every store of C (which might alias it), it was
-  // reloaded 24 times per tile.
-  const int64_t ldc = g.ldc;
-  float* HWY_RESTRICT c = g.c + oc + i * ldc + j;
+  const V va = hn::Set(d, o.alpha), vb = hn::Set(d, o.beta);
+  const Combine combine = o.combine;
+  const int64_t ldc = o.ldc;
+  float* HWY_RESTRICT c = o.c;
   V bias0 = hn::Zero(d), bias1 = hn::Zero(d), bias2 = hn::Zero(d), bias3 = hn::Zero(d);
   if constexpr (kBias) {
     if constexpr (NV == 1) {
@@ -558,13 +582,39 @@ inline constexpr int SmallRowsMax(int nv) {
 // kernel (a product's operands as offsets: no copy of g, whose fields were just stored).
 template <class D, int NV, int R, bool kTransA, bool kFull, bool kBias, bool kEpilogue>
 HWY_NOINLINE void SmallTileSpanNN(const GemmArgs& g, int64_t i, int64_t j, int64_t cols, const ProductSpan& span) {
-  int64_t bi = 0, hi = 0;
-  if (span.p0 != 0) bi = span.p0 / span.heads, hi = span.p0 % span.heads;
+  const int64_t lda = g.lda, ldc = g.ldc;
+  const Combine combine = SmallCombine(g);
+  const bool reads_c = combine == Combine::kAdd || combine == Combine::kScale;
+  SmallOperands o{g.a + (kTransA ? i : i * lda), g.b + j, g.c + i * ldc + j, lda, g.ldb, ldc, g.k,
+                  g.alpha, g.beta, combine, reads_c && g.m * ldc >= kPrefetchCFloats};
+  if (span.p0 == 0 && span.p1 == 1) {  // one product: every per-call GEMM
+    SmallTileNN<D, R, NV, kTransA, kFull, kBias, kEpilogue>(D(), g, o, i, j, cols);
+    return;
+  }
+  // A batch: the operands stepped product to product in o, a local that stores of C cannot
+  // alias (read through g, every field was reloaded after every tile's stores): batched
+  // 128 × 10×16×10 on Zen 5 31.5 → 28 ns a product.
+  int64_t hi = 0;
+  if (span.p0 != 0) {
+    const int64_t bi = span.p0 / span.heads;
+    hi = span.p0 % span.heads;
+    o.a += bi * span.a_batch + hi * span.a_head;
+    o.b += bi * span.b_batch + hi * span.b_head;
+    o.c += bi * span.c_batch + hi * span.c_head;
+  }
+  // From the last head of a batch to the first of the next.
+  const int64_t heads = span.heads, last = heads - 1;
+  const int64_t a_head = span.a_head, b_head = span.b_head, c_head = span.c_head;
+  const int64_t a_wrap = span.a_batch - last * a_head, b_wrap = span.b_batch - last * b_head,
+                c_wrap = span.c_batch - last * c_head;
   for (int64_t p = span.p0; p < span.p1; ++p) {
-    SmallTileNN<D, R, NV, kTransA, kFull, kBias, kEpilogue>(D(), g, bi * span.a_batch + hi * span.a_head,
-                                                            bi * span.b_batch + hi * span.b_head,
-                                                            bi * span.c_batch + hi * span.c_head, i, j, cols);
-    if (++hi == span.heads) hi = 0, ++bi;
+    SmallTileNN<D, R, NV, kTransA, kFull, kBias, kEpilogue>(D(), g, o, i, j, cols);
+    if (++hi == heads) {
+      hi = 0;
+      o.a += a_wrap, o.b += b_wrap, o.c += c_wrap;
+    } else {
+      o.a += a_head, o.b += b_head, o.c += c_head;
+    }
   }
 }
 
