@@ -228,6 +228,29 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, const Operands& o, int64_t i
       permuted = true;
     }
   }
+  if constexpr (NV == 1 && kTransA && hn::MaxLanes(D()) == 16 && R >= 2) {
+    // A transposed (the attention's Pᵀ·dY, dSᵀ·Q): the R values of step kk are adjacent, one
+    // masked load; the odd rows' taken from it with a permute by a constant index, the even
+    // rows' broadcast from memory, as above. Batched 128 × 10 × 10 × 16 Pᵀ·dO on Zen 5:
+    // 20 → 17.5 ns a product. Same values and chains, same bits.
+    const auto rm = hn::FirstN(d, static_cast<size_t>(R));
+    __m512i idx[R / 2];
+#pragma GCC unroll 6
+    for (int r = 1; r < R; r += 2) idx[r / 2] = _mm512_set1_epi32(r);
+#pragma GCC unroll 2
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const V bv = LoadLast<kFull>(d, mlast, b);
+      const V acol = hn::MaskedLoad(rm, d, a);
+#pragma GCC unroll 6
+      for (int r = 0; r < R; r += 2) acc0[r] = hn::MulAdd(hn::Set(d, a[r]), bv, acc0[r]);
+#pragma GCC unroll 6
+      for (int r = 1; r < R; r += 2)
+        acc0[r] = hn::MulAdd(V{_mm512_permutexvar_ps(idx[r / 2], acol.raw)}, bv, acc0[r]);
+      a += lda;
+      b += ldb;
+    }
+    permuted = true;
+  }
   if (!permuted)
 #pragma GCC unroll 2
   for (int64_t kk = 0; kk < k; ++kk) {
