@@ -566,6 +566,49 @@ TEST_CASE("sgemm_batched_slice runs attention over interleaved heads", "[gemm]")
   }
 }
 
+// The backward's products with A transposed, dV = Pᵀ·dO and dK += dSᵀ·Q, over interleaved heads
+// ([B, H, T, T] probabilities, [B, T, H·dh] activations): on AVX-512 the small tiles' permuted
+// rows of a transposed A, in a batch loop that steps from head to head and batch to batch, and
+// split between slices mid-batch. Against a double reference, bitwise across slice counts.
+TEST_CASE("sgemm_batched_slice: transposed-A attention products over interleaved heads", "[gemm]") {
+  attnkit::test::for_each_simd_target([&](const std::string& target) {
+    for (int64_t T : {8, 10, 12}) {
+      const int64_t B = 2, H = 3, dh = 16, row = H * dh;
+      std::vector<float> pa(B * H * T * T), da(B * T * row), c0(B * T * row);
+      std::mt19937 rng(static_cast<uint32_t>(11 + T));
+      std::uniform_real_distribution<float> u(-1, 1);
+      for (auto* v : {&pa, &da, &c0})
+        for (auto& x : *v) x = u(rng);
+      const GemmBatch batch{B, H, H * T * T, T * T, T * row, dh, T * row, dh};
+      for (float beta : {0.0f, 1.0f}) {
+        std::vector<float> one;
+        for (int count : {1, 2, 4, 7}) {  // 4, 7: slices start and end mid-batch
+          std::vector<float> c = c0;
+          for (int i = 0; i < count; ++i)
+            attnkit::sgemm_batched_slice(true, false, T, dh, T, 1.0f, pa.data(), T, da.data(), row, beta,
+                                         c.data(), row, batch, Slice{i, count});
+          for (int64_t bi = 0; bi < B; ++bi)
+            for (int64_t h = 0; h < H; ++h)
+              for (int64_t t = 0; t < T; ++t)
+                for (int64_t e = 0; e < dh; ++e) {
+                  const int64_t at = (bi * T + t) * row + h * dh + e;
+                  double want = beta * double(c0[at]);
+                  for (int64_t s2 = 0; s2 < T; ++s2)
+                    want += double(pa[((bi * H + h) * T + s2) * T + t]) * da[(bi * T + s2) * row + h * dh + e];
+                  INFO(target << " T=" << T << " beta=" << beta << " slices=" << count);
+                  REQUIRE(c[at] == Approx(want).margin(1e-5));
+                }
+          if (count == 1) {
+            one = c;
+          } else {
+            REQUIRE(bitwise_equal(one, c));
+          }
+        }
+      }
+    }
+  });
+}
+
 TEST_CASE("sgemm_strided_batched matches the reference and one sgemm call per product", "[gemm]") {
   for (int trans = 0; trans < 4; ++trans) {
     for (Shape s : {Shape{10, 10, 16}, Shape{10, 16, 10}, Shape{33, 20, 300}}) {
