@@ -232,7 +232,7 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, const Operands& o, int64_t i
     // A transposed (the attention's Pᵀ·dY, dSᵀ·Q): the R values of step kk are adjacent, one
     // masked load; the odd rows' taken from it with a permute by a constant index, the even
     // rows' broadcast from memory, as above. Batched 128 × 10 × 10 × 16 Pᵀ·dO on Zen 5:
-    // 20 → 17.5 ns a product. Same values and chains, same bits.
+    // 21.2 → 19 ns a product. Same values and chains, same bits.
     const auto rm = hn::FirstN(d, static_cast<size_t>(R));
     __m512i idx[R / 2];
 #pragma GCC unroll 6
@@ -680,7 +680,8 @@ HWY_NOINLINE void SmallTileSpanNN(const GemmArgs& g, int64_t i, int64_t j, int64
     return;
   }
   // (A product whose C is prefetched: its operands in locals too, the prefetches' addresses at
-  // hand: dx of Linear(128, 10) 0.93× → 1.11–1.16× OpenBLAS, against CallOperands'.)
+  // hand: dx of Linear(128, 10) 0.92–0.93× → 1.01–1.16× OpenBLAS across runs, against
+  // CallOperands'.)
   const int64_t lda = g.lda, ldc = g.ldc;
   const BatchOperands o{g.a + (kTransA ? i : i * lda), g.b + j, g.c + i * ldc + j, lda, g.ldb, ldc, g.k,
                         g.alpha, g.beta, combine, prefetch_c};
