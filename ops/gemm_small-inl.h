@@ -150,7 +150,8 @@ struct CallOperands {
   float alpha() const { return g.alpha; }
   float beta() const { return g.beta; }
   Combine combine() const { return SmallCombine(g); }
-  bool prefetch_c() const { return PrefetchC(g, SmallCombine(g)); }
+  // SmallTileSpanNN gives a product whose C is prefetched BatchOperands instead.
+  static constexpr bool prefetch_c() { return false; }
 };
 
 struct BatchOperands {
