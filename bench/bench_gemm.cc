@@ -6,6 +6,8 @@
 #include <cblas.h>  // the openblas-pthread one: declares openblas_set_num_threads
 #include <omp.h>
 
+#include <cstdlib>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,8 +18,31 @@
 
 namespace {
 
+// Operands on 64-byte boundaries, where the engine's planner puts every tensor of its arena
+// (engine/arena.h): a std::vector of a few hundred KB comes from mmap 16 bytes past a page
+// boundary, and every vector load of it would then straddle two cache lines.
+template <class T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <class U>
+  Aligned64(const Aligned64<U>&) {}
+  T* allocate(size_t n) {
+    const size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  template <class U>
+  bool operator==(const Aligned64<U>&) const { return true; }
+  template <class U>
+  bool operator!=(const Aligned64<U>&) const { return false; }
+};
+using FloatVec = std::vector<float, Aligned64<float>>;
+
 struct Operands {
-  std::vector<float> a, b, c;
+  FloatVec a, b, c;
   Operands(int64_t a_size, int64_t b_size, int64_t c_size)
       : a(static_cast<size_t>(a_size)), b(static_cast<size_t>(b_size)),
         c(static_cast<size_t>(c_size)) {
@@ -134,7 +159,7 @@ Operands operands_for(const StepGemm& s) {
 
 // One step product on the calling thread, the engine's way (attnkit) or one cblas_sgemm per
 // product plus a bias loop (OpenBLAS).
-void run_one_thread(Impl impl, const StepGemm& s, Operands& x, const std::vector<float>& bias) {
+void run_one_thread(Impl impl, const StepGemm& s, Operands& x, const FloatVec& bias) {
   const bool use_openblas = impl == Impl::kOpenBLAS;
   attnkit::Slice one;
   one.bf16 = impl == Impl::kBf16;
@@ -172,7 +197,7 @@ void BM_step(benchmark::State& state, Impl impl, StepGemm s, int threads) {
   const auto [lda, ldb, ldc] = Leading(s);
   const int64_t batches = s.count / s.heads;
   Operands x = operands_for(s);
-  const std::vector<float> bias(static_cast<size_t>(s.n), 0.25f);
+  const FloatVec bias(static_cast<size_t>(s.n), 0.25f);
   for (auto _ : state) {
     if (threads > 1 && !use_openblas) {
       if (s.count == 1 && bf16) {
@@ -279,7 +304,7 @@ void BM_big_step_products(benchmark::State& state, Impl impl, std::vector<StepGe
     operands.push_back(operands_for(s));
     flops += 2.0 * s.m * s.n * s.k * s.count;
   }
-  const std::vector<float> bias(1024, 0.25f);
+  const FloatVec bias(1024, 0.25f);
   for (auto _ : state) {
     for (size_t i = 0; i < products.size(); ++i) run_one_thread(impl, products[i], operands[i], bias);
     benchmark::ClobberMemory();
