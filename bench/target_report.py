@@ -1,0 +1,283 @@
+#!/usr/bin/python3
+"""One thread on this CPU: attnkit's best SIMD target against the same binary forced to a lower
+one, and both against OpenBLAS in the same processes — the figures a new kind of CPU owes the
+README (the lesson models' products, softmax and cross-entropy, whole training steps, and
+optionally the lessons against PyTorch).
+
+    /usr/bin/python3 bench/target_report.py [--build build/release] [--vs AVX2] [--rounds 3]
+        [--min-time 0.1] [--gemm-filter REGEX] [--pytorch] [--out report.md]
+
+Each round runs every program once on the best target and once with ATTNKIT_SIMD_TARGET=--vs,
+alternating, so both see the same minutes of this shared machine; a figure is the median over
+rounds of each run's median of 5 repetitions, a ratio the median of the per-round ratios
+(range in brackets). OpenBLAS runs on its own kernel pick (OPENBLAS_CORETYPE is removed from
+the environment). --pytorch adds bench/compare_pytorch.py's lesson table (needs
+python3-torch: ATTNKIT_SETUP_TORCH=1 tools/setup.sh).
+
+The report is Markdown on stdout (and in --out): the CPU and targets, then one table per
+program, then the checks the SIMD-target issue asks for, each marked met or not:
+batched tiny products >= 2x OpenBLAS; every product the lessons run >= 1.0x OpenBLAS and >= the
+lower target; softmax and cross-entropy >= the lower target; whole steps no slower on the best
+target; every lesson model >= 10x PyTorch (with --pytorch).
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# The lesson steps' products and the batched attention products (bench_gemm names).
+GEMM_FILTER = r"(attnkit|openblas)/(step_(ns|dup|rev)_|batched128_.*1t)"
+# Forwards without a bias: bench_gemm's reference rows. Every Linear of the lessons has a bias
+# (the fwd_bias rows), so these are reported but not held to the lesson-product check.
+NOT_A_LESSON_PRODUCT = re.compile(r"_fwd_nn_")
+MODELS = "neighbor-sum,duplicates,reversal"
+
+
+def fail(msg):
+    print(f"target_report: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def cpu_summary():
+    model, flags = "unknown", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model == "unknown":
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and not flags:
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    family = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+        fam = re.search(r"^cpu family\s*:\s*(\d+)", text, re.M)
+        mod = re.search(r"^model\s*:\s*(\d+)", text, re.M)
+        if fam and mod:
+            family = f"family {fam.group(1)} model {mod.group(1)}"
+    except OSError:
+        pass
+    shown = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    return model, family, shown
+
+
+def run_json(cmd, env):
+    """Runs a Google Benchmark program with JSON output: (context, {name: median real_time ns})."""
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        fail(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
+    try:
+        data = json.loads(proc.stdout)
+    except json.JSONDecodeError as e:
+        fail(f"{cmd[0]} did not print JSON ({e})")
+    scale = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+    medians = {}
+    for b in data.get("benchmarks", []):
+        if b.get("run_type") == "aggregate" and b.get("aggregate_name") == "median":
+            name = b["run_name"] if "run_name" in b else b["name"].rsplit("_median", 1)[0]
+            if name.endswith("/real_time"):
+                name = name[: -len("/real_time")]
+            medians[name] = b["real_time"] * scale[b.get("time_unit", "ns")]
+    if not medians:
+        fail(f"{' '.join(cmd)} reported no medians (does the filter match anything?)")
+    return data.get("context", {}), medians
+
+
+def bench_env(target):
+    env = dict(os.environ)
+    env.pop("OPENBLAS_CORETYPE", None)
+    env.pop("ATTNKIT_SIMD_TARGET", None)
+    if target:
+        env["ATTNKIT_SIMD_TARGET"] = target
+    return env
+
+
+def median_range(xs):
+    return statistics.median(xs), min(xs), max(xs)
+
+
+def fmt_ratio(xs):
+    m, lo, hi = median_range(xs)
+    return f"**{m:.2f}×** ({lo:.2f}–{hi:.2f})" if len(xs) > 1 else f"**{m:.2f}×**"
+
+
+def us(ns):
+    return f"{ns / 1000:.2f}"
+
+
+class Runner:
+    def __init__(self, args):
+        self.args = args
+        self.common = [f"--benchmark_min_time={args.min_time}", "--benchmark_repetitions=5",
+                       "--benchmark_report_aggregates_only=true", "--benchmark_format=json"]
+
+    def program(self, name):
+        path = os.path.join(self.args.build, "bench", name)
+        if not os.access(path, os.X_OK):
+            fail(f"{path} not found: build first (cmake --preset release && cmake --build --preset release)")
+        return path
+
+    def rounds(self, cmd, targets):
+        """[{target: medians}] for each round, the targets alternating within a round."""
+        out, context = [], {}
+        for r in range(self.args.rounds):
+            order = targets if r % 2 == 0 else list(reversed(targets))
+            got = {}
+            for t in order:
+                ctx, med = run_json(cmd, bench_env(t))
+                got[t] = med
+                context[t] = ctx
+            out.append(got)
+            print(f"target_report: {os.path.basename(cmd[0])} round {r + 1}/{self.args.rounds} done",
+                  file=sys.stderr)
+        return out, context
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
+    ap.add_argument("--vs", default="AVX2", help="the lower target to force (ATTNKIT_SIMD_TARGET)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--min-time", type=float, default=0.1)
+    ap.add_argument("--gemm-filter", default=GEMM_FILTER)
+    ap.add_argument("--skip", nargs="*", default=[], choices=["gemm", "softmax", "steps"])
+    ap.add_argument("--pytorch", action="store_true", help="also run compare_pytorch.py")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    if args.rounds < 1:
+        fail("--rounds must be at least 1")
+    runner = Runner(args)
+    lines = []
+    checks = []  # (what, met, detail)
+
+    model, family, flags = cpu_summary()
+    # The best target: what a program reports with no ATTNKIT_SIMD_TARGET.
+    best_ctx, _ = run_json([runner.program("bench_softmax"), "--benchmark_filter=BM_cross_entropy/2/0",
+                            "--benchmark_min_time=0.01", "--benchmark_repetitions=2",
+                            "--benchmark_report_aggregates_only=true", "--benchmark_format=json"], bench_env(None))
+    best = best_ctx.get("attnkit_simd_target", "?")
+    lower = args.vs.upper()
+    targets = [None] if best.upper() == lower else [None, lower]
+    lines.append(f"CPU: {model} ({family}; flags: {', '.join(flags) or 'none of avx2/avx512f'}); "
+                 f"best SIMD target **{best}**" + (f", compared with the same binary forced to {lower}"
+                                                   if len(targets) == 2 else "") +
+                 f"; OpenBLAS kernels: {best_ctx.get('openblas_kernels', '?')}; one thread; "
+                 f"{args.rounds} round(s), medians of 5 repetitions each.")
+    lines.append("")
+
+    if "gemm" not in args.skip:
+        cmd = [runner.program("bench_gemm"), f"--benchmark_filter={args.gemm_filter}"] + runner.common
+        res, _ = runner.rounds(cmd, targets)
+        names = [n[len("attnkit/"):] for n in res[0][None] if n.startswith("attnkit/")]
+        lines.append(f"### Products (`bench_gemm --benchmark_filter='{args.gemm_filter}'`), µs")
+        lines.append("")
+        head = f"| product | attnkit {best} | OpenBLAS | {best} vs OpenBLAS |"
+        sep = "|---|---|---|---|"
+        if len(targets) == 2:
+            head += f" attnkit {lower} | {best} vs {lower} |"
+            sep += "---|---|"
+        lines += [head, sep]
+        lesson_low, lesson_vs_lower_low, batched = [], [], []
+        for n in names:
+            ours = [r[None]["attnkit/" + n] for r in res]
+            blas = [r[t]["openblas/" + n] for r in res for t in targets if "openblas/" + n in r[t]]
+            ratio = [r[None]["openblas/" + n] / r[None]["attnkit/" + n] for r in res if "openblas/" + n in r[None]]
+            row = f"| `{n}` | {us(statistics.median(ours))} | {us(statistics.median(blas))} | {fmt_ratio(ratio)} |"
+            lesson = not NOT_A_LESSON_PRODUCT.search(n)
+            m = statistics.median(ratio)
+            if n.startswith("batched128_"):
+                batched.append((n, m))
+            if lesson and m < 1.0:
+                lesson_low.append(f"{n} {m:.2f}×")
+            if len(targets) == 2:
+                theirs = [r[lower]["attnkit/" + n] for r in res]
+                vs = [r[lower]["attnkit/" + n] / r[None]["attnkit/" + n] for r in res]
+                row += f" {us(statistics.median(theirs))} | {fmt_ratio(vs)} |"
+                if statistics.median(vs) < 1.0:
+                    lesson_vs_lower_low.append(f"{n} {statistics.median(vs):.2f}×")
+            if not lesson:
+                row = row.replace(f"| `{n}` |", f"| `{n}` (no bias: not a lesson product) |")
+            lines.append(row)
+        lines.append("")
+        low_batched = [f"{n} {m:.2f}×" for n, m in batched if m < 2.0]
+        checks.append(("batched tiny products ≥ 2× OpenBLAS", not low_batched and bool(batched),
+                       ", ".join(low_batched) or ", ".join(f"{n} {m:.2f}×" for n, m in batched)))
+        checks.append(("every lesson product ≥ 1.0× OpenBLAS", not lesson_low, ", ".join(lesson_low) or "all"))
+        if len(targets) == 2:
+            checks.append((f"every product ≥ the {lower} build", not lesson_vs_lower_low,
+                           ", ".join(lesson_vs_lower_low) or "all"))
+
+    if "softmax" not in args.skip and len(targets) == 2:
+        cmd = [runner.program("bench_softmax"), "--benchmark_filter=attnkit|cross_entropy"] + runner.common
+        res, _ = runner.rounds(cmd, targets)
+        lines.append(f"### Softmax and cross-entropy (`bench_softmax --benchmark_filter='attnkit|cross_entropy'`), µs")
+        lines.append("")
+        lines += [f"| benchmark | {best} | {lower} | {best} vs {lower} |", "|---|---|---|---|"]
+        slow = []
+        for n in res[0][None]:
+            vs = [r[lower][n] / r[None][n] for r in res]
+            if statistics.median(vs) < 1.0:
+                slow.append(f"{n} {statistics.median(vs):.2f}×")
+            lines.append(f"| `{n}` | {us(statistics.median(r[None][n] for r in res))} | "
+                         f"{us(statistics.median(r[lower][n] for r in res))} | {fmt_ratio(vs)} |")
+        lines.append("")
+        checks.append((f"softmax and cross-entropy ≥ the {lower} build", not slow, ", ".join(slow) or "all"))
+
+    if "steps" not in args.skip and len(targets) == 2:
+        cmd = [runner.program("bench_train_step"), f"--models={MODELS}", "--threads=1",
+               f"--benchmark_min_time={max(args.min_time, 0.3)}", "--benchmark_repetitions=5",
+               "--benchmark_report_aggregates_only=true", "--benchmark_format=json"]
+        res, _ = runner.rounds(cmd, targets)
+        lines.append(f"### Whole training steps (`bench_train_step --models={MODELS} --threads=1`), µs")
+        lines.append("")
+        lines += [f"| step | {best} | {lower} | {best} time / {lower} time |", "|---|---|---|---|"]
+        slower = []
+        for n in res[0][None]:
+            t = [r[None][n] / r[lower][n] for r in res]
+            if statistics.median(t) > 1.0:
+                slower.append(f"{n} {statistics.median(t):.2f}×")
+            lines.append(f"| `{n}` | {us(statistics.median(r[None][n] for r in res))} | "
+                         f"{us(statistics.median(r[lower][n] for r in res))} | {fmt_ratio(t)} |")
+        lines.append("")
+        checks.append((f"no lesson step slower on {best} than on {lower}", not slower, ", ".join(slower) or "none slower"))
+
+    if args.pytorch:
+        cmd = ["/usr/bin/python3", os.path.join(HERE, "compare_pytorch.py"), "--attnkit-bench",
+               runner.program("bench_train_step"), "--models", *MODELS.split(","), "--threads", "1",
+               "--seconds", "2", "--windows", "5", "--rounds", str(args.rounds)]
+        proc = subprocess.run(cmd, env=bench_env(None), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines.append("### Training against PyTorch (`bench/compare_pytorch.py`, one thread)")
+        lines.append("")
+        lines += ["    " + l for l in proc.stdout.rstrip().splitlines()]
+        lines.append("")
+        ratios = re.findall(r"^(\S+)\s+1\s+\d+\s+[\d.]+\s+[\d.]+\s+([\d.]+)x", proc.stdout, re.M)
+        if proc.returncode != 0 or not ratios:
+            checks.append(("every lesson model ≥ 10× PyTorch", False, f"compare_pytorch.py exited {proc.returncode}"))
+        else:
+            low = [f"{m} {float(x):.2f}×" for m, x in ratios if float(x) < 10.0]
+            checks.append(("every lesson model ≥ 10× PyTorch", not low,
+                           ", ".join(low) or ", ".join(f"{m} {float(x):.2f}×" for m, x in ratios)))
+
+    lines.append("### Checks")
+    lines.append("")
+    for what, met, detail in checks:
+        lines.append(f"- {'met' if met else 'NOT met'}: {what} — {detail}")
+    report = "\n".join(lines) + "\n"
+    sys.stdout.write(report)
+    if args.out:
+        tmp = args.out + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(report)
+        os.replace(tmp, args.out)
+
+
+if __name__ == "__main__":
+    main()
