@@ -113,6 +113,20 @@ def us(ns):
     return f"{ns / 1000:.2f}"
 
 
+def speedup_table(res, best, lower, what):
+    """Markdown rows of each benchmark's times on the two targets and the speed-up (the lower
+    target's time / the best one's, per round), and the benchmarks whose median is under 1."""
+    rows = [f"| {what} | {best} | {lower} | {best} vs {lower} (speed-up) |", "|---|---|---|---|"]
+    slower = []
+    for n in res[0][None]:
+        up = [r[lower][n] / r[None][n] for r in res]
+        if statistics.median(up) < 1.0:
+            slower.append(f"{n} {statistics.median(up):.2f}×")
+        rows.append(f"| `{n}` | {us(statistics.median(r[None][n] for r in res))} | "
+                    f"{us(statistics.median(r[lower][n] for r in res))} | {fmt_ratio(up)} |")
+    return rows + [""], slower
+
+
 class Runner:
     def __init__(self, args):
         self.args = args
@@ -127,18 +141,16 @@ class Runner:
 
     def rounds(self, cmd, targets):
         """[{target: medians}] for each round, the targets alternating within a round."""
-        out, context = [], {}
+        out = []
         for r in range(self.args.rounds):
             order = targets if r % 2 == 0 else list(reversed(targets))
             got = {}
             for t in order:
-                ctx, med = run_json(cmd, bench_env(t))
-                got[t] = med
-                context[t] = ctx
+                got[t] = run_json(cmd, bench_env(t))[1]
             out.append(got)
             print(f"target_report: {os.path.basename(cmd[0])} round {r + 1}/{self.args.rounds} done",
                   file=sys.stderr)
-        return out, context
+        return out
 
 
 def main():
@@ -175,7 +187,7 @@ def main():
 
     if "gemm" not in args.skip:
         cmd = [runner.program("bench_gemm"), f"--benchmark_filter={args.gemm_filter}"] + runner.common
-        res, _ = runner.rounds(cmd, targets)
+        res = runner.rounds(cmd, targets)
         names = [n[len("attnkit/"):] for n in res[0][None] if n.startswith("attnkit/")]
         lines.append(f"### Products (`bench_gemm --benchmark_filter='{args.gemm_filter}'`), µs")
         lines.append("")
@@ -217,36 +229,17 @@ def main():
 
     if "softmax" not in args.skip and len(targets) == 2:
         cmd = [runner.program("bench_softmax"), "--benchmark_filter=attnkit|cross_entropy"] + runner.common
-        res, _ = runner.rounds(cmd, targets)
-        lines.append(f"### Softmax and cross-entropy (`bench_softmax --benchmark_filter='attnkit|cross_entropy'`), µs")
-        lines.append("")
-        lines += [f"| benchmark | {best} | {lower} | {best} vs {lower} |", "|---|---|---|---|"]
-        slow = []
-        for n in res[0][None]:
-            vs = [r[lower][n] / r[None][n] for r in res]
-            if statistics.median(vs) < 1.0:
-                slow.append(f"{n} {statistics.median(vs):.2f}×")
-            lines.append(f"| `{n}` | {us(statistics.median(r[None][n] for r in res))} | "
-                         f"{us(statistics.median(r[lower][n] for r in res))} | {fmt_ratio(vs)} |")
-        lines.append("")
+        table, slow = speedup_table(runner.rounds(cmd, targets), best, lower, "benchmark")
+        lines += ["### Softmax and cross-entropy (`bench_softmax --benchmark_filter='attnkit|cross_entropy'`), µs",
+                  ""] + table
         checks.append((f"softmax and cross-entropy ≥ the {lower} build", not slow, ", ".join(slow) or "all"))
 
     if "steps" not in args.skip and len(targets) == 2:
         cmd = [runner.program("bench_train_step"), f"--models={MODELS}", "--threads=1",
                f"--benchmark_min_time={max(args.min_time, 0.3)}", "--benchmark_repetitions=5",
                "--benchmark_report_aggregates_only=true", "--benchmark_format=json"]
-        res, _ = runner.rounds(cmd, targets)
-        lines.append(f"### Whole training steps (`bench_train_step --models={MODELS} --threads=1`), µs")
-        lines.append("")
-        lines += [f"| step | {best} | {lower} | {best} time / {lower} time |", "|---|---|---|---|"]
-        slower = []
-        for n in res[0][None]:
-            t = [r[None][n] / r[lower][n] for r in res]
-            if statistics.median(t) > 1.0:
-                slower.append(f"{n} {statistics.median(t):.2f}×")
-            lines.append(f"| `{n}` | {us(statistics.median(r[None][n] for r in res))} | "
-                         f"{us(statistics.median(r[lower][n] for r in res))} | {fmt_ratio(t)} |")
-        lines.append("")
+        table, slower = speedup_table(runner.rounds(cmd, targets), best, lower, "step")
+        lines += [f"### Whole training steps (`bench_train_step --models={MODELS} --threads=1`), µs", ""] + table
         checks.append((f"no lesson step slower on {best} than on {lower}", not slower, ", ".join(slower) or "none slower"))
 
     if args.pytorch:
