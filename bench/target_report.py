@@ -5,7 +5,8 @@ README (the lesson models' products, softmax and cross-entropy, whole training s
 optionally the lessons against PyTorch).
 
     /usr/bin/python3 bench/target_report.py [--build build/release] [--vs AVX2] [--rounds 3]
-        [--min-time 0.1] [--gemm-filter REGEX] [--pytorch] [--out report.md]
+        [--min-time 0.1] [--gemm-filter REGEX] [--skip gemm softmax steps] [--pytorch]
+        [--out report.md]
 
 Each round runs every program once on the best target and once with ATTNKIT_SIMD_TARGET=--vs,
 alternating, so both see the same minutes of this shared machine; a figure is the median over
@@ -45,28 +46,20 @@ def fail(msg):
 
 
 def cpu_summary():
-    model, flags = "unknown", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and model == "unknown":
-                    model = line.split(":", 1)[1].strip()
-                elif line.startswith("flags") and not flags:
-                    flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    family = ""
+    """(model name, "family F model M", the SIMD flags that decide the targets) of this CPU."""
     try:
         with open("/proc/cpuinfo") as f:
             text = f.read()
-        fam = re.search(r"^cpu family\s*:\s*(\d+)", text, re.M)
-        mod = re.search(r"^model\s*:\s*(\d+)", text, re.M)
-        if fam and mod:
-            family = f"family {fam.group(1)} model {mod.group(1)}"
     except OSError:
-        pass
-    shown = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
-    return model, family, shown
+        return "unknown", "", []
+    model = re.search(r"^model name\s*:\s*(.*)$", text, re.M)
+    fam = re.search(r"^cpu family\s*:\s*(\d+)", text, re.M)
+    mod = re.search(r"^model\s*:\s*(\d+)", text, re.M)
+    flags = re.search(r"^flags\s*:\s*(.*)$", text, re.M)
+    flags = set(flags.group(1).split()) if flags else set()
+    return (model.group(1).strip() if model else "unknown",
+            f"family {fam.group(1)} model {mod.group(1)}" if fam and mod else "",
+            [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags])
 
 
 def run_json(cmd, env):
