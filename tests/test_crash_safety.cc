@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -43,18 +44,36 @@ TEST_CASE("a checkpoint killed mid-save never damages the previous one") {
   Rng rng(7);
   int64_t last_seen = 0, kills_mid_run = 0;
   for (int round = 0; round < 40; ++round) {
+    int saved[2];  // the child writes a byte here after each whole save
+    REQUIRE(pipe(saved) == 0);
     const pid_t child = fork();
     REQUIRE(child >= 0);
     if (child == 0) {  // saves newer versions as fast as it can until killed
+      close(saved[0]);
       for (int64_t v = last_seen + 1;; ++v) {
         fill_version(v);
         save_checkpoint(path, ex, &adam, st);
+        if (write(saved[1], "s", 1) != 1) _exit(1);
       }
+    }
+    close(saved[1]);
+    // Every other round waits for one whole save first, so that saves get through however
+    // slow this machine is (an instrumented build under a parallel ctest took longer than the
+    // longest delay below for every save of all 40 rounds); the others kill the child at a
+    // random moment from its start, its first save included.
+    if (round % 2 == 1) {
+      char byte = 0;
+      ssize_t got;
+      do {
+        got = read(saved[0], &byte, 1);
+      } while (got < 0 && errno == EINTR);
+      REQUIRE(got == 1);
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200 + rng.below(15000)));
     REQUIRE(kill(child, SIGKILL) == 0);
     int status = 0;
     REQUIRE(waitpid(child, &status, 0) == child);
+    close(saved[0]);
     kills_mid_run += WIFSIGNALED(status);
 
     // The file on disk is one whole version: it loads, and everything in it agrees.
