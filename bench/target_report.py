@@ -93,13 +93,9 @@ def bench_env(target):
     return env
 
 
-def median_range(xs):
-    return statistics.median(xs), min(xs), max(xs)
-
-
 def fmt_ratio(xs):
-    m, lo, hi = median_range(xs)
-    return f"**{m:.2f}×** ({lo:.2f}–{hi:.2f})" if len(xs) > 1 else f"**{m:.2f}×**"
+    m = statistics.median(xs)
+    return f"**{m:.2f}×** ({min(xs):.2f}–{max(xs):.2f})" if len(xs) > 1 else f"**{m:.2f}×**"
 
 
 def us(ns):
@@ -123,8 +119,11 @@ def speedup_table(res, best, lower, what):
 class Runner:
     def __init__(self, args):
         self.args = args
-        self.common = [f"--benchmark_min_time={args.min_time}", "--benchmark_repetitions=5",
-                       "--benchmark_report_aggregates_only=true", "--benchmark_format=json"]
+
+    def flags(self, min_time=None):
+        """Google Benchmark's flags for every run: medians of 5 repetitions, as JSON."""
+        return [f"--benchmark_min_time={min_time or self.args.min_time}", "--benchmark_repetitions=5",
+                "--benchmark_report_aggregates_only=true", "--benchmark_format=json"]
 
     def program(self, name):
         path = os.path.join(self.args.build, "bench", name)
@@ -165,9 +164,8 @@ def main():
 
     model, family, flags = cpu_summary()
     # The best target: what a program reports with no ATTNKIT_SIMD_TARGET.
-    best_ctx, _ = run_json([runner.program("bench_softmax"), "--benchmark_filter=BM_cross_entropy/2/0",
-                            "--benchmark_min_time=0.01", "--benchmark_repetitions=2",
-                            "--benchmark_report_aggregates_only=true", "--benchmark_format=json"], bench_env(None))
+    best_ctx, _ = run_json([runner.program("bench_softmax"), "--benchmark_filter=BM_cross_entropy/2/0"]
+                           + runner.flags(0.01), bench_env(None))
     best = best_ctx.get("attnkit_simd_target", "?")
     lower = args.vs.upper()
     targets = [None] if best.upper() == lower else [None, lower]
@@ -179,7 +177,7 @@ def main():
     lines.append("")
 
     if "gemm" not in args.skip:
-        cmd = [runner.program("bench_gemm"), f"--benchmark_filter={args.gemm_filter}"] + runner.common
+        cmd = [runner.program("bench_gemm"), f"--benchmark_filter={args.gemm_filter}"] + runner.flags()
         res = runner.rounds(cmd, targets)
         names = [n[len("attnkit/"):] for n in res[0][None] if n.startswith("attnkit/")]
         lines.append(f"### Products (`bench_gemm --benchmark_filter='{args.gemm_filter}'`), µs")
@@ -190,29 +188,28 @@ def main():
             head += f" attnkit {lower} | {best} vs {lower} |"
             sep += "---|---|"
         lines += [head, sep]
-        lesson_low, lesson_vs_lower_low, batched = [], [], []
+        lesson_low, below_lower, batched = [], [], []
         for n in names:
+            lesson = not NOT_A_LESSON_PRODUCT.search(n)
             ours = [r[None]["attnkit/" + n] for r in res]
             blas = [r[t]["openblas/" + n] for r in res for t in targets if "openblas/" + n in r[t]]
             ratio = [r[None]["openblas/" + n] / r[None]["attnkit/" + n] for r in res if "openblas/" + n in r[None]]
+            row = f"| `{n}`{'' if lesson else ' (no bias: not a lesson product)'} | {us(statistics.median(ours))} |"
             if ratio:  # (a filter may select rows OpenBLAS has no twin of)
-                row = f"| `{n}` | {us(statistics.median(ours))} | {us(statistics.median(blas))} | {fmt_ratio(ratio)} |"
-                lesson = not NOT_A_LESSON_PRODUCT.search(n)
                 m = statistics.median(ratio)
+                row += f" {us(statistics.median(blas))} | {fmt_ratio(ratio)} |"
                 if n.startswith("batched128_"):
                     batched.append((n, m))
                 if lesson and m < 1.0:
                     lesson_low.append(f"{n} {m:.2f}×")
             else:
-                row, lesson = f"| `{n}` | {us(statistics.median(ours))} | — | — |", True
+                row += " — | — |"
             if len(targets) == 2:
                 theirs = [r[lower]["attnkit/" + n] for r in res]
                 vs = [r[lower]["attnkit/" + n] / r[None]["attnkit/" + n] for r in res]
                 row += f" {us(statistics.median(theirs))} | {fmt_ratio(vs)} |"
                 if statistics.median(vs) < 1.0:
-                    lesson_vs_lower_low.append(f"{n} {statistics.median(vs):.2f}×")
-            if not lesson:
-                row = row.replace(f"| `{n}` |", f"| `{n}` (no bias: not a lesson product) |")
+                    below_lower.append(f"{n} {statistics.median(vs):.2f}×")
             lines.append(row)
         lines.append("")
         low_batched = [f"{n} {m:.2f}×" for n, m in batched if m < 2.0]
@@ -221,20 +218,18 @@ def main():
                            ", ".join(low_batched) or ", ".join(f"{n} {m:.2f}×" for n, m in batched)))
         checks.append(("every lesson product ≥ 1.0× OpenBLAS", not lesson_low, ", ".join(lesson_low) or "all"))
         if len(targets) == 2:
-            checks.append((f"every product ≥ the {lower} build", not lesson_vs_lower_low,
-                           ", ".join(lesson_vs_lower_low) or "all"))
+            checks.append((f"every product ≥ the {lower} build", not below_lower, ", ".join(below_lower) or "all"))
 
     if "softmax" not in args.skip and len(targets) == 2:
-        cmd = [runner.program("bench_softmax"), "--benchmark_filter=attnkit|cross_entropy"] + runner.common
+        cmd = [runner.program("bench_softmax"), "--benchmark_filter=attnkit|cross_entropy"] + runner.flags()
         table, slow = speedup_table(runner.rounds(cmd, targets), best, lower, "benchmark")
         lines += ["### Softmax and cross-entropy (`bench_softmax --benchmark_filter='attnkit|cross_entropy'`), µs",
                   ""] + table
         checks.append((f"softmax and cross-entropy ≥ the {lower} build", not slow, ", ".join(slow) or "all"))
 
     if "steps" not in args.skip and len(targets) == 2:
-        cmd = [runner.program("bench_train_step"), f"--models={MODELS}", "--threads=1",
-               f"--benchmark_min_time={max(args.min_time, 0.3)}", "--benchmark_repetitions=5",
-               "--benchmark_report_aggregates_only=true", "--benchmark_format=json"]
+        cmd = [runner.program("bench_train_step"), f"--models={MODELS}", "--threads=1"] + runner.flags(
+            max(args.min_time, 0.3))
         table, slower = speedup_table(runner.rounds(cmd, targets), best, lower, "step")
         lines += [f"### Whole training steps (`bench_train_step --models={MODELS} --threads=1`), µs", ""] + table
         checks.append((f"no lesson step slower on {best} than on {lower}", not slower, ", ".join(slower) or "none slower"))
