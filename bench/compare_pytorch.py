@@ -3,7 +3,7 @@
 
     /usr/bin/python3 bench/compare_pytorch.py [--threads 1 2] [--models neighbor-sum ...]
         [--seconds 3] [--windows 5] [--large-seconds 8] [--large-windows 3] [--batch N]
-        [--rounds R] [--precision f32|bf16|both] [--attnkit-bench PATH]
+        [--rounds R] [--precision f32|bf16|both] [--attnkit-bench PATH] [--json PATH]
 
 PyTorch: the same architectures as models/lessons.cc (tok[+pos] Embedding D=32, multi-head
 attention with separate q, k, v, o Linear(D, D)+bias, out = head(h + attn(h))), Adam with the
@@ -41,6 +41,16 @@ measures f32 and bf16 in every round (PyTorch f32 and bf16 in one child, then at
 and bf16, the precisions' order swapped every other round) and adds a table of the bf16/f32
 speed-ups of each, every ratio taken within one round. The header then names PyTorch's
 oneDNN and ATen CPU capability.
+
+--json PATH also writes the table for programs (bench/target_report.py reads it): an object
+with "mode" ("train" or "infer"), "torch_version", "openblas", "attnkit" (the binary),
+"windows", "seconds", "rounds" and "rows", one object per printed row: "model", "threads",
+"batch", ("precision" when training), PyTorch's and attnkit's steps/s (training:
+"pytorch_steps_per_s", "attnkit_steps_per_s") or sequences/s (--infer: "pytorch_seqs_per_s",
+"attnkit_seqs_per_s"), "ratio" (the median of "ratios", the per-round ratios; null when
+attnkit could not run) and with --precision both "speedups" (the bf16/f32 table). The file is
+written whole or not at all (a temporary file renamed over PATH); a PATH whose folder does
+not exist or cannot be written is refused before anything is measured.
 """
 import argparse
 import json
@@ -93,6 +103,37 @@ def timing(args, task):
 def die(msg):
     print("compare_pytorch: " + msg, file=sys.stderr)
     sys.exit(2)
+
+
+def check_json_path(path):
+    """Refuses, before any measurement, a --json PATH that could not be written."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        die("--json %s: is a folder, not a file" % path)
+    if not os.path.isdir(folder):
+        die("--json %s: folder %s does not exist" % (path, folder))
+    if not os.access(folder, os.W_OK):
+        die("--json %s: folder %s is not writable" % (path, folder))
+
+
+def write_json(path, doc):
+    """doc to path whole: a temporary file beside it, then renamed over it."""
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    try:
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        die("--json %s: %s" % (path, e))
+
+
+def json_head(mode, args, info, binary):
+    return dict(mode=mode, torch_version=info["torch_version"], openblas=info["openblas"],
+                attnkit=binary, windows=args.windows, seconds=args.seconds,
+                rounds=max(1, args.rounds))
 
 
 # ----------------------------------------------------------------------------- PyTorch side
@@ -290,6 +331,14 @@ def run_torch(args, threads, precisions=("f32",)):
 
 # ----------------------------------------------------------------------------- attnkit side
 
+def is_median(b, windows):
+    """Whether Google Benchmark JSON entry b is the median of `windows` repetitions: with one
+    repetition there are no aggregates, the one run is its own median."""
+    if windows > 1:
+        return b.get("aggregate_name") == "median"
+    return b.get("run_type", "iteration") == "iteration"
+
+
 def find_bench(path):
     candidates = [path] if path else [
         os.path.join(ROOT, "build/release/bench/bench_train_step"),
@@ -342,7 +391,7 @@ def run_attnkit(args, binary, threads, precision="f32"):
     sys.stderr.write(p.stderr)  # as when it went straight to the terminal
     out = {}
     for b in json.loads(p.stdout)["benchmarks"]:
-        if b.get("aggregate_name") != "median":
+        if not is_median(b, windows):
             continue
         parts = b["run_name"].split("/")
         # BM_TrainStep/<task>/threads:N/batch:B[/...]; the task is the part that is one asked.
@@ -364,7 +413,7 @@ def run_attnkit_infer(args, binary, threads, task):
         die("%s failed with exit code %d" % (binary, p.returncode))
     out = {}
     for b in json.loads(p.stdout)["benchmarks"]:
-        if b.get("aggregate_name") != "median":
+        if not is_median(b, windows):
             continue
         parts = b["run_name"].split("/")
         out["%s/%s" % (parts[1], parts[2])] = b["seqs/s"]
@@ -401,6 +450,12 @@ def infer_main(args):
     for task, n, batch, pt, ak, ratios in rows:
         print("%-14s %7d %6d %14.0f %14.0f %12.1f %12.1f %7.2fx" % (
             task, n, batch, pt, ak, 1e6 * batch / pt, 1e6 * batch / ak, statistics.median(ratios)))
+    if args.json:
+        doc = json_head("infer", args, info, binary)
+        doc["rows"] = [dict(model=task, threads=n, batch=batch, pytorch_seqs_per_s=pt,
+                            attnkit_seqs_per_s=ak, ratio=statistics.median(ratios) if ratios else None,
+                            ratios=ratios) for task, n, batch, pt, ak, ratios in rows]
+        write_json(args.json, doc)
 
 
 def main():
@@ -430,6 +485,8 @@ def main():
                     help="inference instead of training: sequences/s of the forward under "
                          "torch.inference_mode() against bench_infer, per batch size")
     ap.add_argument("--infer-batches", type=int, nargs="+", default=[1, 500, 10000])
+    ap.add_argument("--json", metavar="PATH", default=None,
+                    help="also write the table as JSON to PATH (whole or not at all)")
     ap.add_argument("--seq-len", type=int, default=0, help=argparse.SUPPRESS)  # bench/token_cost.py
     ap.add_argument("--vocab", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--worker-threads", type=int, default=0, help=argparse.SUPPRESS)
@@ -440,6 +497,8 @@ def main():
         torch_worker(args)
         return
 
+    if args.json:
+        check_json_path(args.json)
     try:
         import torch  # noqa: F401  (only checked here; measured in children)
     except ImportError as e:
@@ -537,6 +596,15 @@ def main():
 
         for task, n, batch, pt, ak in speedups:
             print("%-14s %7d %5d %22s %22s" % (task, n, batch, cell(pt), cell(ak)))
+    if args.json:
+        doc = json_head("train", args, info, binary)
+        doc["rows"] = [dict(model=task, threads=n, batch=batch, precision=p, pytorch_steps_per_s=pt,
+                            attnkit_steps_per_s=ak, ratio=statistics.median(ratios) if ratios else None,
+                            ratios=ratios) for task, n, batch, p, pt, ak, ratios in rows]
+        if speedups:
+            doc["speedups"] = [dict(model=task, threads=n, batch=batch, pytorch_bf16_over_f32=pt,
+                                    attnkit_bf16_over_f32=ak) for task, n, batch, pt, ak in speedups]
+        write_json(args.json, doc)
 
 
 if __name__ == "__main__":

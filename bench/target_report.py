@@ -28,6 +28,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -235,21 +236,29 @@ def main():
         checks.append((f"no lesson step slower on {best} than on {lower}", not slower, ", ".join(slower) or "none slower"))
 
     if args.pytorch:
-        cmd = ["/usr/bin/python3", os.path.join(HERE, "compare_pytorch.py"), "--attnkit-bench",
-               runner.program("bench_train_step"), "--models", *MODELS.split(","), "--threads", "1",
-               "--seconds", "2", "--windows", "5", "--rounds", str(args.rounds)]
-        proc = subprocess.run(cmd, env=bench_env(None), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        with tempfile.TemporaryDirectory(prefix="target_report.") as tmp:
+            table = os.path.join(tmp, "pytorch.json")
+            cmd = ["/usr/bin/python3", os.path.join(HERE, "compare_pytorch.py"), "--attnkit-bench",
+                   runner.program("bench_train_step"), "--models", *MODELS.split(","), "--threads", "1",
+                   "--seconds", "2", "--windows", "5", "--rounds", str(args.rounds), "--json", table]
+            proc = subprocess.run(cmd, env=bench_env(None), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True)
+            rows = []
+            if proc.returncode == 0 and os.path.isfile(table):
+                with open(table) as f:
+                    rows = [r for r in json.load(f)["rows"] if r["threads"] == 1 and r["precision"] == "f32"]
         lines.append("### Training against PyTorch (`bench/compare_pytorch.py`, one thread)")
         lines.append("")
         lines += ["    " + l for l in proc.stdout.rstrip().splitlines()]
         lines.append("")
-        ratios = re.findall(r"^(\S+)\s+1\s+\d+\s+[\d.]+\s+[\d.]+\s+([\d.]+)x", proc.stdout, re.M)
-        if proc.returncode != 0 or not ratios:
-            checks.append(("every lesson model ≥ 10× PyTorch", False, f"compare_pytorch.py exited {proc.returncode}"))
+        what = "every lesson model ≥ 10× PyTorch"
+        if proc.returncode != 0 or not rows:
+            checks.append((what, False, f"compare_pytorch.py exited {proc.returncode}" +
+                           ("" if proc.returncode else " without a table")))
         else:
-            low = [f"{m} {float(x):.2f}×" for m, x in ratios if float(x) < 10.0]
-            checks.append(("every lesson model ≥ 10× PyTorch", not low,
-                           ", ".join(low) or ", ".join(f"{m} {float(x):.2f}×" for m, x in ratios)))
+            cells = [(r["model"], r["ratio"]) for r in rows]
+            low = [f"{m} {x:.2f}×" if x is not None else f"{m} n/a" for m, x in cells if x is None or x < 10.0]
+            checks.append((what, not low, ", ".join(low) or ", ".join(f"{m} {x:.2f}×" for m, x in cells)))
 
     lines.append("### Checks")
     lines.append("")
