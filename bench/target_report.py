@@ -173,6 +173,7 @@ def main():
     lines.append(f"CPU: {model} ({family}; flags: {', '.join(flags) or 'none of avx2/avx512f'}); "
                  f"best SIMD target **{best}**" + (f", compared with the same binary forced to {lower}"
                                                    if len(targets) == 2 else "") +
+                 f"; small products' A values: {best_ctx.get('attnkit_small_gemm', '?')}"
                  f"; OpenBLAS kernels: {best_ctx.get('openblas_kernels', '?')}; one thread; "
                  f"{args.rounds} round(s), medians of 5 repetitions each.")
     lines.append("")

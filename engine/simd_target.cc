@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "engine/error.h"
+#include "ops/gemm.h"
 #include "ops/gemm_bf16.h"
 #include "hwy/highway.h"
 #include "hwy/targets.h"
@@ -111,18 +112,34 @@ void force_bf16_kernel(const std::string& name) {
                 bf16_kernels_available() + ")");
 }
 
+void force_small_gemm_values(const std::string& name) {
+  const std::string wanted = upper(name);
+  if (wanted.empty() || wanted == "BEST") {
+    set_gemm_small_values(SmallGemmValues::kCpuDefault);
+  } else if (wanted == "SPLIT") {
+    set_gemm_small_values(SmallGemmValues::kSplit);
+  } else if (wanted == "BROADCAST") {
+    set_gemm_small_values(SmallGemmValues::kBroadcast);
+  } else {
+    throw Error("unknown way for the small products to get A's values '" + name +
+                "' (choices: split, broadcast, best)");
+  }
+}
+
 void apply_simd_target_env() {
   static std::once_flag once;
   static std::string failure;
   std::call_once(once, [] {
-    for (const char* var : {"ATTNKIT_SIMD_TARGET", "ATTNKIT_BF16"}) {
+    for (const char* var : {"ATTNKIT_SIMD_TARGET", "ATTNKIT_BF16", "ATTNKIT_SMALL_GEMM"}) {
       const char* value = std::getenv(var);
       if (!value) continue;
       try {
         if (std::string(var) == "ATTNKIT_SIMD_TARGET") {
           force_simd_target(value);
-        } else {
+        } else if (std::string(var) == "ATTNKIT_BF16") {
           force_bf16_kernel(value);
+        } else {
+          force_small_gemm_values(value);
         }
       } catch (const Error& e) {
         failure = std::string(var) + "=" + value + ": " + e.what();

@@ -28,7 +28,13 @@ void force_simd_target(const std::string& name);
 // it. Forcing a SIMD target below AVX3 also selects "none" (an AVX2 CPU has no bf16 kernel).
 void force_bf16_kernel(const std::string& name);
 
-// Applies ATTNKIT_SIMD_TARGET, then ATTNKIT_BF16 (force_bf16_kernel's names), once per process (later calls do nothing, or throw the same
+// Makes the AVX-512 small products get A's values as `name` says (case-insensitive: "split",
+// "broadcast"; "" or "best": this CPU's default) — set_gemm_small_values in ops/gemm.h, for
+// measuring both on one machine. Throws attnkit::Error naming the value and the choices.
+void force_small_gemm_values(const std::string& name);
+
+// Applies ATTNKIT_SIMD_TARGET, then ATTNKIT_BF16 (force_bf16_kernel's names), then
+// ATTNKIT_SMALL_GEMM (force_small_gemm_values's), once per process (later calls do nothing, or throw the same
 // error again). Executor's constructor calls it, so a program using the engine honours the
 // variable; programs calling the kernels in ops/ directly call it first. Throws
 // attnkit::Error naming the variable, its value and the choices when the value is not usable.

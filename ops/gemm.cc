@@ -435,6 +435,25 @@ void reset_gemm_timing() {
   g_timed_calls.store(0);
 }
 void set_gemm_direct_half_tiles(int mode) { gemm_detail::direct_half_tiles_mode = mode; }
+
+namespace {
+// SmallGemmValues::kCpuDefault: split on AMD, broadcast elsewhere (see gemm.h).
+bool CpuDefaultSmallSplit() {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  __builtin_cpu_init();  // (runs before main: the CPU model is not known yet)
+  return __builtin_cpu_is("amd");
+#else
+  return false;
+#endif
+}
+[[maybe_unused]] const bool g_small_split_set_at_start = (gemm_detail::small_split = CpuDefaultSmallSplit());
+}  // namespace
+
+void set_gemm_small_values(SmallGemmValues values) {
+  gemm_detail::small_split =
+      values == SmallGemmValues::kCpuDefault ? CpuDefaultSmallSplit() : values == SmallGemmValues::kSplit;
+}
+const char* gemm_small_values_name() { return gemm_detail::small_split ? "split" : "broadcast"; }
 GemmBackend gemm_backend() { return g_backend.load(); }
 
 const char* simd_target_name() {

@@ -207,7 +207,9 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, const Operands& o, int64_t i
     // permute (a shuffle port), the even rows' broadcast from memory (a load port): a load
     // per FMA was the bound. Batched 128 × 10 × 16 × 10 on Zen 5: 36 → 32 ns a product (a bare
     // loop: 29 → 25). The values broadcast and the FMA chains are the same, so are the bits.
-    if (k <= lanes) {
+    // Only where gemm_detail::small_split (set_gemm_small_values): on Intel the permutes would
+    // share port 5 with half of the FMAs, where a broadcast load costs no vector port.
+    if (k <= lanes && gemm_detail::small_split) {
       const auto km = hn::FirstN(d, static_cast<size_t>(k));
       V arow[R / 2 + 1];
 #pragma GCC unroll 6
@@ -229,7 +231,7 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, const Operands& o, int64_t i
       permuted = true;
     }
   }
-  if constexpr (NV == 1 && kTransA && hn::MaxLanes(D()) == 16 && R >= 2) {
+  if constexpr (NV == 1 && kTransA && hn::MaxLanes(D()) == 16 && R >= 2) if (gemm_detail::small_split) {
     // A transposed (the attention's Pᵀ·dY, dSᵀ·Q): the R values of step kk are adjacent, one
     // masked load; the odd rows' taken from it with a permute by a constant index, the even
     // rows' broadcast from memory, as above. Batched 128 × 10 × 10 × 16 Pᵀ·dO on Zen 5:

@@ -99,6 +99,11 @@ inline constexpr int64_t kDirectRows = 96;
 // set_gemm_direct_half_tiles's mode (> 0: 256-bit AVX-512 direct tiles).
 inline int direct_half_tiles_mode = -1;
 
+// set_gemm_small_values's choice: whether the AVX-512 small tiles permute half of their rows'
+// A values from a register (true) or broadcast every one from memory (false). Set before main
+// from the CPU's vendor (gemm.cc: CpuDefaultSmallSplit).
+inline bool small_split = false;
+
 }  // namespace attnkit::gemm_detail
 #endif  // ATTNKIT_OPS_GEMM_TILE_SHARED_H_
 

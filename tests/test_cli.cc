@@ -478,6 +478,20 @@ TEST_CASE("version names the SIMD target and ATTNKIT_SIMD_TARGET forces a lower 
   const Result bad = sh(std::string("ATTNKIT_SIMD_TARGET=avx9 '") + ATTNKIT_CLI + "' --version", dir);
   CHECK(bad.code == 2);
   CHECK(bad.err.find("ATTNKIT_SIMD_TARGET=avx9: unknown SIMD target 'avx9' (compiled in: ") != std::string::npos);
+  // How the AVX-512 small products get A's values: this CPU's default, or forced either way.
+  CHECK((best.out.find("small products' A values (AVX-512): split\n") != std::string::npos ||
+         best.out.find("small products' A values (AVX-512): broadcast\n") != std::string::npos));
+  for (const char* values : {"broadcast", "Split"}) {
+    const Result small = sh(std::string("ATTNKIT_SMALL_GEMM=") + values + " '" + ATTNKIT_CLI + "' --version", dir);
+    CHECK(small.code == 0);
+    std::string name = values;
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    CHECK(small.out.find("small products' A values (AVX-512): " + name + " (ATTNKIT_SMALL_GEMM)") != std::string::npos);
+  }
+  const Result bad_small = sh(std::string("ATTNKIT_SMALL_GEMM=gather '") + ATTNKIT_CLI + "' --version", dir);
+  CHECK(bad_small.code == 2);
+  CHECK(bad_small.err.find("ATTNKIT_SMALL_GEMM=gather: unknown way for the small products to get A's values 'gather' "
+                           "(choices: split, broadcast, best)") != std::string::npos);
 }
 
 TEST_CASE("train --precision bf16: metrics name the precision and kernel, a checkpoint resumes in f32; bad names are usage errors") {

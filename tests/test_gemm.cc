@@ -723,6 +723,60 @@ TEST_CASE("small products and the dot path at ragged sizes match a double refere
   });
 }
 
+// The AVX-512 small products get A's values by broadcasts only, or half by broadcasts and half
+// by permutes out of a register (set_gemm_small_values / ATTNKIT_SMALL_GEMM, chosen per CPU
+// vendor): the same FMA chains, so the same bits, per call and batched, with bias, at every
+// combine — and both against the double reference. Rows 1..24, k up to 17 (the permuted
+// forms take k <= 16 with A not transposed, any k with A transposed).
+TEST_CASE("the small products' two ways to get A's values give the same bits", "[gemm]") {
+  using attnkit::SmallGemmValues;
+  const std::vector<int64_t> ms = {1, 2, 3, 5, 8, 9, 10, 11, 12, 13, 16, 24};
+  const std::vector<int64_t> ns = {5, 8, 10, 16, 17, 32};
+  const std::vector<int64_t> ks = {1, 2, 8, 10, 15, 16, 17};
+  const std::vector<std::pair<float, float>> scalars = {{1, 0}, {1, 1}, {-0.5f, 1.5f}, {2, 0}};
+  attnkit::test::for_each_simd_target([&](const std::string& target) {
+    uint32_t seed = 12000;
+    for (int ta = 0; ta < 2; ++ta)
+      for (int64_t m : ms)
+        for (int64_t n : ns)
+          for (int64_t k : ks) {
+            if ((m + n + k * 3 + ta) % 2 != 0) continue;  // thin the grid
+            const auto [alpha, beta] = scalars[seed % scalars.size()];
+            const Problem p = make_problem(ta, false, m, n, k, alpha, beta, seed % 2 ? 0 : 3, seed);
+            const std::vector<float> bias = random_bias(n, seed);
+            ++seed;
+            INFO(target << " ta=" << ta << " m=" << m << " n=" << n << " k=" << k << " alpha=" << alpha
+                        << " beta=" << beta);
+            std::vector<float> got[2], with_bias[2], batched[2];
+            int idx = 0;
+            for (SmallGemmValues v : {SmallGemmValues::kSplit, SmallGemmValues::kBroadcast}) {
+              attnkit::set_gemm_small_values(v);
+              REQUIRE(std::string(attnkit::gemm_small_values_name()) == (idx == 0 ? "split" : "broadcast"));
+              got[idx] = run_slices(p, 1);
+              with_bias[idx] = run_bias_slices(p, bias.data(), 1);
+              // Three products in a strided batch: the same operands, C three times.
+              const int64_t sc = static_cast<int64_t>(p.c.size());
+              std::vector<float> c3;
+              for (int r = 0; r < 3; ++r) c3.insert(c3.end(), p.c.begin(), p.c.end());
+              attnkit::sgemm_strided_batched(p.ta, p.tb, m, n, k, alpha, p.a.data(), p.lda, 0, p.b.data(), p.ldb, 0,
+                                             beta, c3.data(), p.ldc, sc, 3);
+              batched[idx] = c3;
+              ++idx;
+            }
+            attnkit::set_gemm_small_values(SmallGemmValues::kCpuDefault);
+            check_against_reference(p, got[0]);
+            check_against_reference(p, with_bias[0], bias.data());
+            REQUIRE(bitwise_equal(got[0], got[1]));
+            REQUIRE(bitwise_equal(with_bias[0], with_bias[1]));
+            REQUIRE(bitwise_equal(batched[0], batched[1]));
+            for (int r = 0; r < 3; ++r)
+              REQUIRE(bitwise_equal(got[0], std::vector<float>(batched[0].begin() + r * p.c.size(),
+                                                               batched[0].begin() + (r + 1) * p.c.size())));
+          }
+  });
+  attnkit::set_gemm_small_values(SmallGemmValues::kCpuDefault);
+}
+
 // A transposed B of 5 to 8 columns with A not transposed (Q·Kᵀ at T <= 8): on AVX-512, k in
 // pairs (even and odd k in neighbouring lanes, added at the end), an odd last k alone, several
 // 16-k chunks, tiles of up to 12 rows; the same bits whatever the slices or the batching, a
