@@ -438,8 +438,9 @@ def infer_main(args):
                     aks.setdefault(key, []).append(a.get(key))
             for key in pts:
                 ratios = [ak / pt for ak, pt in zip(aks[key], pts[key]) if ak]
+                present = [x for x in aks[key] if x]
                 rows.append((task, n, int(key.split(":")[1]), statistics.median(pts[key]),
-                             statistics.median([x for x in aks[key] if x]), ratios))
+                             statistics.median(present) if present else None, ratios))
     print("PyTorch %s (openblas %s) under torch.inference_mode(), attnkit %s" %
           (info["torch_version"], info["openblas"], binary))
     print(openblas_kernels_line(info))
@@ -448,6 +449,10 @@ def infer_main(args):
     print(hdr)
     print("-" * len(hdr))
     for task, n, batch, pt, ak, ratios in rows:
+        if ak is None:  # bench_infer gave no figure for this batch
+            print("%-14s %7d %6d %14.0f %14s %12.1f %12s %8s" % (task, n, batch, pt, "n/a", 1e6 * batch / pt,
+                                                                 "n/a", "n/a"))
+            continue
         print("%-14s %7d %6d %14.0f %14.0f %12.1f %12.1f %7.2fx" % (
             task, n, batch, pt, ak, 1e6 * batch / pt, 1e6 * batch / ak, statistics.median(ratios)))
     if args.json:
