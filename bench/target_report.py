@@ -32,6 +32,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import gbench_json  # noqa: E402  (bench/gbench_json.py, beside this script)
 
 # The lesson steps' products and the batched attention products (bench_gemm names).
 GEMM_FILTER = r"(attnkit|openblas)/(step_(ns|dup|rev)_|batched128_.*1t)"
@@ -42,8 +44,7 @@ MODELS = "neighbor-sum,duplicates,reversal"
 
 
 def fail(msg):
-    print(f"target_report: {msg}", file=sys.stderr)
-    sys.exit(2)
+    gbench_json.fail("target_report", msg)
 
 
 def cpu_summary():
@@ -64,25 +65,8 @@ def cpu_summary():
 
 
 def run_json(cmd, env):
-    """Runs a Google Benchmark program with JSON output: (context, {name: median real_time ns})."""
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        fail(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
-    try:
-        data = json.loads(proc.stdout)
-    except json.JSONDecodeError as e:
-        fail(f"{cmd[0]} did not print JSON ({e})")
-    scale = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
-    medians = {}
-    for b in data.get("benchmarks", []):
-        if b.get("run_type") == "aggregate" and b.get("aggregate_name") == "median":
-            name = b["run_name"] if "run_name" in b else b["name"].rsplit("_median", 1)[0]
-            if name.endswith("/real_time"):
-                name = name[: -len("/real_time")]
-            medians[name] = b["real_time"] * scale[b.get("time_unit", "ns")]
-    if not medians:
-        fail(f"{' '.join(cmd)} reported no medians (does the filter match anything?)")
-    return data.get("context", {}), medians
+    """(context, {name: median real_time ns}) of a Google Benchmark program's JSON run."""
+    return gbench_json.run_json(cmd, env, "target_report")
 
 
 def bench_env(target):
@@ -123,8 +107,7 @@ class Runner:
 
     def flags(self, min_time=None):
         """Google Benchmark's flags for every run: medians of 5 repetitions, as JSON."""
-        return [f"--benchmark_min_time={min_time or self.args.min_time}", "--benchmark_repetitions=5",
-                "--benchmark_report_aggregates_only=true", "--benchmark_format=json"]
+        return gbench_json.flags(min_time or self.args.min_time)
 
     def program(self, name):
         path = os.path.join(self.args.build, "bench", name)

@@ -1,0 +1,40 @@
+"""Running a Google Benchmark program for its medians: shared by bench/target_report.py and
+bench/ab.py."""
+import json
+import subprocess
+import sys
+
+
+def fail(who, msg):
+    print(f"{who}: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def run_json(cmd, env, who):
+    """Runs a Google Benchmark program with JSON output (its flags must ask for repetitions and
+    --benchmark_format=json): (context, {name: median real_time ns}), name without
+    "/real_time". Exits 2 with `who`'s name on a failed run or one with no medians."""
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        fail(who, f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
+    try:
+        data = json.loads(proc.stdout)
+    except json.JSONDecodeError as e:
+        fail(who, f"{cmd[0]} did not print JSON ({e})")
+    scale = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+    medians = {}
+    for b in data.get("benchmarks", []):
+        if b.get("run_type") == "aggregate" and b.get("aggregate_name") == "median":
+            name = b["run_name"] if "run_name" in b else b["name"].rsplit("_median", 1)[0]
+            if name.endswith("/real_time"):
+                name = name[: -len("/real_time")]
+            medians[name] = b["real_time"] * scale[b.get("time_unit", "ns")]
+    if not medians:
+        fail(who, f"{' '.join(cmd)} reported no medians (does the filter match anything?)")
+    return data.get("context", {}), medians
+
+
+def flags(min_time):
+    """The flags every run takes: medians of 5 repetitions, as JSON."""
+    return [f"--benchmark_min_time={min_time}", "--benchmark_repetitions=5",
+            "--benchmark_report_aggregates_only=true", "--benchmark_format=json"]
