@@ -79,7 +79,10 @@ def main():
              f"filter `{args.filter}`.", "",
              "| benchmark | A µs | B µs | B / A time (median; range) |", "|---|---|---|---|"]
     names = [n for n in rounds[0]["A"] if all(n in r["A"] and n in r["B"] for r in rounds)]
-    missing = sorted(set(rounds[0]["A"]) ^ set(rounds[0]["B"]))
+    if not names:
+        fail("A and B have no benchmark in common (different programs, or a filter one of them lacks)")
+    seen = set().union(*(set(r["A"]) | set(r["B"]) for r in rounds))
+    missing = sorted(seen - set(names))
     for n in names:
         ratio = [r["B"][n] / r["A"][n] for r in rounds]
         a = statistics.median(r["A"][n] for r in rounds) / 1000
@@ -87,14 +90,11 @@ def main():
         rng = f" ({min(ratio):.3f}–{max(ratio):.3f})" if len(ratio) > 1 else ""
         lines.append(f"| `{n}` | {a:.3f} | {b:.3f} | **{statistics.median(ratio):.3f}**{rng} |")
     if missing:
-        lines += ["", "Only in one of the two: " + ", ".join(f"`{n}`" for n in missing)]
+        lines += ["", "Not in every run of both (left out): " + ", ".join(f"`{n}`" for n in missing)]
     report = "\n".join(lines) + "\n"
     sys.stdout.write(report)
     if args.out:
-        tmp = args.out + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(report)
-        os.replace(tmp, args.out)
+        gbench_json.write_whole(args.out, report)
 
 
 if __name__ == "__main__":

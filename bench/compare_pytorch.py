@@ -43,8 +43,8 @@ speed-ups of each, every ratio taken within one round. The header then names PyT
 oneDNN and ATen CPU capability.
 
 --json PATH also writes the table for programs (bench/target_report.py reads it): an object
-with "mode" ("train" or "infer"), "torch_version", "openblas", "attnkit" (the binary),
-"windows", "seconds", "rounds" and "rows", one object per printed row: "model", "threads",
+with "mode" ("train" or "infer"), "torch_version", "openblas", "attnkit" (the benchmark
+binary's path), "windows", "seconds", "large_windows", "large_seconds", "rounds" and "rows", one object per printed row: "model", "threads",
 "batch", ("precision" when training), PyTorch's and attnkit's steps/s (training:
 "pytorch_steps_per_s", "attnkit_steps_per_s") or sequences/s (--infer: "pytorch_seqs_per_s",
 "attnkit_seqs_per_s"), "ratio" (the median of "ratios", the per-round ratios; null when
@@ -117,22 +117,19 @@ def check_json_path(path):
 
 
 def write_json(path, doc):
-    """doc to path whole: a temporary file beside it, then renamed over it."""
-    tmp = "%s.tmp.%d" % (path, os.getpid())
+    """doc to path whole or not at all (bench/gbench_json.py's write_whole)."""
+    sys.path.insert(0, HERE)
+    import gbench_json  # beside this script
     try:
-        with open(tmp, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
+        gbench_json.write_whole(path, json.dumps(doc, indent=1) + "\n")
     except OSError as e:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
         die("--json %s: %s" % (path, e))
 
 
 def json_head(mode, args, info, binary):
     return dict(mode=mode, torch_version=info["torch_version"], openblas=info["openblas"],
                 attnkit=binary, windows=args.windows, seconds=args.seconds,
+                large_windows=args.large_windows, large_seconds=args.large_seconds,
                 rounds=max(1, args.rounds))
 
 

@@ -1,6 +1,7 @@
-"""Running a Google Benchmark program for its medians: shared by bench/target_report.py and
-bench/ab.py."""
+"""Running a Google Benchmark program for its medians, and writing a report file whole: shared
+by bench/target_report.py, bench/ab.py and bench/compare_pytorch.py."""
 import json
+import os
 import subprocess
 import sys
 
@@ -17,6 +18,8 @@ def run_json(cmd, env, who):
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         fail(who, f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
+    if not proc.stdout.strip():
+        fail(who, f"{' '.join(cmd)} ran no benchmark (does the filter match anything?)")
     try:
         data = json.loads(proc.stdout)
     except json.JSONDecodeError as e:
@@ -38,3 +41,16 @@ def flags(min_time):
     """The flags every run takes: medians of 5 repetitions, as JSON."""
     return [f"--benchmark_min_time={min_time}", "--benchmark_repetitions=5",
             "--benchmark_report_aggregates_only=true", "--benchmark_format=json"]
+
+
+def write_whole(path, text):
+    """text to path whole or not at all: a temporary file beside it (named for this process),
+    then renamed over it; the temporary file is removed if anything fails."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

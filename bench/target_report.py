@@ -254,10 +254,7 @@ def main():
     report = "\n".join(lines) + "\n"
     sys.stdout.write(report)
     if args.out:
-        tmp = args.out + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(report)
-        os.replace(tmp, args.out)
+        gbench_json.write_whole(args.out, report)
 
 
 if __name__ == "__main__":

@@ -446,12 +446,20 @@ bool CpuDefaultSmallSplit() {
   return false;
 #endif
 }
-[[maybe_unused]] const bool g_small_split_set_at_start = (gemm_detail::small_split = CpuDefaultSmallSplit());
+// Whether set_gemm_small_values ran (constant-initialized: a call from another static
+// initializer before this file's keeps its choice).
+bool g_small_values_set = false;
+[[maybe_unused]] const bool g_small_split_at_start =
+    g_small_values_set ? gemm_detail::small_split : (gemm_detail::small_split = CpuDefaultSmallSplit());
 }  // namespace
 
 void set_gemm_small_values(SmallGemmValues values) {
+  g_small_values_set = true;
   gemm_detail::small_split =
       values == SmallGemmValues::kCpuDefault ? CpuDefaultSmallSplit() : values == SmallGemmValues::kSplit;
+}
+SmallGemmValues gemm_small_values() {
+  return gemm_detail::small_split ? SmallGemmValues::kSplit : SmallGemmValues::kBroadcast;
 }
 const char* gemm_small_values_name() { return gemm_detail::small_split ? "split" : "broadcast"; }
 GemmBackend gemm_backend() { return g_backend.load(); }

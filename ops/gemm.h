@@ -123,7 +123,8 @@ const char* simd_target_name();
 void set_gemm_direct_half_tiles(int mode);
 
 // How the AVX-512 small products (C's row tile in registers: the attention products of the
-// lesson models and their batches) get A's values, one per FMA: kSplit broadcasts half of the
+// lesson models and their batches; k <= 16, or any k with A transposed) get A's values, one
+// per FMA: kSplit broadcasts half of the
 // rows' values from memory (a load port) and permutes the other half's out of a register (a
 // shuffle port); kBroadcast broadcasts every one from memory. kCpuDefault: split on AMD (Zen 5
 // runs shuffles on a port of their own, and split measured fastest there), broadcast
@@ -132,7 +133,8 @@ void set_gemm_direct_half_tiles(int mode);
 // (engine/simd_target.h) sets it for a process. Not thread-safe: set it before running kernels.
 enum class SmallGemmValues { kCpuDefault, kSplit, kBroadcast };
 void set_gemm_small_values(SmallGemmValues values);
-// "split" or "broadcast": the one in use.
+// The one in use (kSplit or kBroadcast) and its name, "split" or "broadcast".
+SmallGemmValues gemm_small_values();
 const char* gemm_small_values_name();
 
 }  // namespace attnkit

@@ -36,7 +36,8 @@ def run(args):
 def check_rows(doc, mode, models, per_s):
     if doc.get("mode") != mode:
         fail("mode %r, expected %r" % (doc.get("mode"), mode))
-    for key in ("torch_version", "openblas", "attnkit", "windows", "seconds", "rounds"):
+    for key in ("torch_version", "openblas", "attnkit", "windows", "seconds", "large_windows",
+                "large_seconds", "rounds"):
         if key not in doc:
             fail("no %r in the %s JSON" % (key, mode))
     rows = doc["rows"]
@@ -46,9 +47,10 @@ def check_rows(doc, mode, models, per_s):
         if r["threads"] != 1 or r["batch"] <= 0:
             fail("row %s: threads/batch" % r)
         pt, ak = r["pytorch_" + per_s], r["attnkit_" + per_s]
-        if not (pt > 0 and ak > 0):
+        if pt is None or ak is None or not (pt > 0 and ak > 0):
             fail("row %s: steps/s not positive" % r)
-        if len(r["ratios"]) != doc["rounds"] or abs(r["ratio"] - statistics.median(r["ratios"])) > 1e-12:
+        if (r["ratio"] is None or len(r["ratios"]) != doc["rounds"]
+                or abs(r["ratio"] - statistics.median(r["ratios"])) > 1e-12):
             fail("row %s: ratio is not the median of %d per-round ratios" % (r, doc["rounds"]))
         if not 0.1 < r["ratio"] / (ak / pt) < 10:
             fail("row %s: ratio far from attnkit/PyTorch" % r)
@@ -56,14 +58,17 @@ def check_rows(doc, mode, models, per_s):
 
 def main():
     bench = sys.argv[1]
+    if not os.access(PYTHON, os.X_OK):
+        print("compare_pytorch_json: no %s: skipped" % PYTHON)
+        sys.exit(77)
     with tempfile.TemporaryDirectory(prefix="compare_pytorch_json.") as tmp:
         bad = os.path.join(tmp, "no-such-folder", "out.json")
         p = run(["--json", bad, "--attnkit-bench", bench])
         if p.returncode != 2 or "no-such-folder" not in p.stderr or os.path.exists(bad):
             fail("bad --json path: exit %d, stderr %r" % (p.returncode, p.stderr))
 
-        if subprocess.run([PYTHON, "-c", "import torch"], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL).returncode != 0:
+        if not os.access(PYTHON, os.X_OK) or subprocess.run(
+                [PYTHON, "-c", "import torch"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
             print("compare_pytorch_json: %s cannot import torch: skipped" % PYTHON)
             sys.exit(77)
 
