@@ -31,14 +31,13 @@ def fail(msg):
 
 
 def environment(pairs, what):
-    env = dict(os.environ)
-    env.pop("OPENBLAS_CORETYPE", None)
+    overrides = {}
     for p in pairs:
         name, eq, value = p.partition("=")
         if not eq or not name:
             fail(f"{what} {p!r}: expected NAME=VALUE")
-        env[name] = value
-    return env
+        overrides[name] = value
+    return gbench_json.bench_env(overrides)
 
 
 def main():
@@ -91,10 +90,7 @@ def main():
         lines.append(f"| `{n}` | {a:.3f} | {b:.3f} | **{statistics.median(ratio):.3f}**{rng} |")
     if missing:
         lines += ["", "Not in every run of both (left out): " + ", ".join(f"`{n}`" for n in missing)]
-    report = "\n".join(lines) + "\n"
-    sys.stdout.write(report)
-    if args.out:
-        gbench_json.write_whole(args.out, report)
+    gbench_json.emit("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":

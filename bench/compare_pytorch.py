@@ -62,6 +62,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import gbench_json  # noqa: E402  (bench/gbench_json.py, beside this script)
 
 LESSONS = {
     # task: vocab, classes, T, D, heads, positions, head kind, hidden, batch, lr
@@ -118,8 +120,6 @@ def check_json_path(path):
 
 def write_json(path, doc):
     """doc to path whole or not at all (bench/gbench_json.py's write_whole)."""
-    sys.path.insert(0, HERE)
-    import gbench_json  # beside this script
     try:
         gbench_json.write_whole(path, json.dumps(doc, indent=1) + "\n")
     except OSError as e:

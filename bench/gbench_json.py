@@ -54,3 +54,23 @@ def write_whole(path, text):
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def bench_env(overrides=None):
+    """This process's environment for a benchmark run: OPENBLAS_CORETYPE removed (OpenBLAS on
+    its own pick for the CPU), then overrides (name: value, or None to remove the name)."""
+    env = dict(os.environ)
+    env.pop("OPENBLAS_CORETYPE", None)
+    for name, value in (overrides or {}).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
+def emit(report, out):
+    """The report to stdout, and whole to the file out when given."""
+    sys.stdout.write(report)
+    if out:
+        write_whole(out, report)

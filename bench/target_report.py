@@ -70,12 +70,8 @@ def run_json(cmd, env):
 
 
 def bench_env(target):
-    env = dict(os.environ)
-    env.pop("OPENBLAS_CORETYPE", None)
-    env.pop("ATTNKIT_SIMD_TARGET", None)
-    if target:
-        env["ATTNKIT_SIMD_TARGET"] = target
-    return env
+    """OpenBLAS on its own pick; ATTNKIT_SIMD_TARGET = target (None: the best one)."""
+    return gbench_json.bench_env({"ATTNKIT_SIMD_TARGET": target or None})
 
 
 def fmt_ratio(xs):
@@ -251,10 +247,7 @@ def main():
                      f"softmax or step tables)")
     for what, met, detail in checks:
         lines.append(f"- {'met' if met else 'NOT met'}: {what} — {detail}")
-    report = "\n".join(lines) + "\n"
-    sys.stdout.write(report)
-    if args.out:
-        gbench_json.write_whole(args.out, report)
+    gbench_json.emit("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":

@@ -126,6 +126,8 @@ void force_small_gemm_values(const std::string& name) {
   }
 }
 
+bool small_gemm_values_in_use() { return std::string(simd_target_name()).rfind("AVX3", 0) == 0; }
+
 void apply_simd_target_env() {
   static std::once_flag once;
   static std::string failure;

@@ -33,6 +33,9 @@ void force_bf16_kernel(const std::string& name);
 // measuring both on one machine. Throws attnkit::Error naming the value and the choices.
 void force_small_gemm_values(const std::string& name);
 
+// Whether that choice applies to the target in use (an AVX-512 one); below it, it does nothing.
+bool small_gemm_values_in_use();
+
 // Applies ATTNKIT_SIMD_TARGET, then ATTNKIT_BF16 (force_bf16_kernel's names), then
 // ATTNKIT_SMALL_GEMM (force_small_gemm_values's), once per process (later calls do nothing, or throw the same
 // error again). Executor's constructor calls it, so a program using the engine honours the

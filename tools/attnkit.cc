@@ -43,7 +43,7 @@ std::string version_text() {
          (std::getenv("ATTNKIT_SIMD_TARGET") ? " (ATTNKIT_SIMD_TARGET)" : "") +
          "\nsmall products' A values (AVX-512): " + attnkit::gemm_small_values_name() +
          (std::getenv("ATTNKIT_SMALL_GEMM") ? " (ATTNKIT_SMALL_GEMM)" : "") +
-         (std::string(attnkit::simd_target_name()).rfind("AVX3", 0) == 0 ? "" : " (unused: the target is not AVX-512)") +
+         (attnkit::small_gemm_values_in_use() ? "" : " (unused: the target is not AVX-512)") +
          "\nsupported by this CPU: " + join(attnkit::supported_simd_targets()) +
          "\ncompiled in: " + join(attnkit::compiled_simd_targets()) +
          "\nbf16 products (--precision bf16): " + attnkit::bf16_kernel_name(attnkit::bf16_kernel()) +
