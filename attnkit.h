@@ -4,11 +4,15 @@
 
 // Kernels on raw pointers.
 #include "ops/adam.h"
+#include "ops/attention.h"
 #include "ops/cross_entropy.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
+#include "ops/finite.h"
 #include "ops/gemm.h"
+#include "ops/gemm_bf16.h"
 #include "ops/layernorm.h"
+#include "ops/math.h"
 #include "ops/parallel.h"
 #include "ops/softmax.h"
 

@@ -174,14 +174,30 @@ size_t Graph::add_node(Node node) {
   return nodes_.size() - 1;
 }
 
-void Graph::keep(Tensor t) { tensor(t.id()).keep = true; }
+namespace {
+// keep / retain_grad / grad of a tensor that is not one of g's: a clear error, not an index
+// out of range (MultiHeadAttention::attn() before the module ran is an empty Tensor).
+void require_own(const Graph& g, Tensor t, const char* what) {
+  if (!t.valid())
+    throw ShapeError(std::string(what) + ": not a tensor (an empty Tensor; a module's attn() before the module "
+                     "was applied?)");
+  if (&t.graph() != &g) throw ShapeError(std::string(what) + ": the tensor belongs to another graph");
+}
+}  // namespace
+
+void Graph::keep(Tensor t) {
+  require_own(*this, t, "keep");
+  tensor(t.id()).keep = true;
+}
 
 void Graph::retain_grad(Tensor t) {
+  require_own(*this, t, "retain_grad");
   if (has_backward()) throw ShapeError("retain_grad(" + describe(t.id()) + "): call it before backward()");
   tensor(t.id()).retain_grad = true;
 }
 
 Tensor Graph::grad(Tensor t) const {
+  require_own(*this, t, "grad");
   if (!has_backward()) throw Error("grad(" + describe(t.id()) + "): the graph has no backward() yet");
   const TensorDesc& d = tensor(t.id());
   if (d.grad == kNoTensor || !(d.storage == Storage::kParam || d.requires_grad || d.retain_grad))

@@ -79,8 +79,9 @@ Attention scaled_dot_product_attention(Tensor q, Tensor k, Tensor v, Tensor mask
                                        bool causal = false, int64_t heads = 1, float scale = 0.0f);
 
 // Gain of the query and key projections' initialization. Measured over the lesson tasks at
-// their own hyperparameters (tools/eval_seeds.sh): neighbor-sum seeds 0–29 reach mean
-// validation accuracy 0.992 (min 0.76) with 0.5, 0.919 (min 0.21) with 1.0.
+// their own hyperparameters (tools/eval_seeds.sh) when it was chosen: neighbor-sum seeds 0–29
+// reached mean validation accuracy 0.992 (min 0.76) with 0.5, 0.919 (min 0.21) with 1.0
+// (today's figures: README, "Accuracy at the lesson's hyperparameters").
 inline constexpr float kQueryKeyInitGain = 0.5f;
 
 // Separate Q, K, V, O projections Linear(D, D) with bias, heads of D/H, scaled by √(D/H).
@@ -104,7 +105,8 @@ class MultiHeadAttention {
   std::shared_ptr<Tensor> last_weights_ = std::make_shared<Tensor>();
 };
 
-// Mean cross-entropy of logits [..., C] against int32 targets [...] (targets < 0 ignored).
+// Mean cross-entropy of logits [..., C] against int32 targets [...]: a target of -1 is ignored
+// (left out of the mean); any other value outside [0, C) is an error naming the input.
 Tensor cross_entropy(Tensor logits, Tensor targets);
 
 }  // namespace attnkit

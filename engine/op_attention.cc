@@ -169,7 +169,8 @@ void attention_run(const RunContext& c, const Node& n, Slice s) {
   });
 }
 
-// Backward node: in (q, k, v, probs, dy, mask, dprobs); out (dq, dk, dv); scratch dP
+// Backward node: in (q, k, v, probs, dy, mask, dprobs); out (dq, dk, dv[, the weights' whole
+// gradient when they have retain_grad]); scratch dP
 // [B, H, Tq, Tk]. dy is the gradient of the output, dprobs that of the attention weights (a
 // loss or regularizer on them); either may be absent. Without dy, V gets no gradient.
 // With a value table (attrs.v_indexed, in[7] the ids): dv is the [B, T, Dv] gradient of the
@@ -203,7 +204,17 @@ void attention_differentiate(Autodiff& ad, const Node& n) {
   }
   if (b.out[0] == kNoTensor && b.out[1] == kNoTensor && b.out[2] == kNoTensor) return;
   const TensorDesc& probs = g.tensor(n.out[1]);
-  b.scratch = {g.new_tensor(probs.name + ".grad", DType::kF32, probs.shape, probs.batched)};
+  const std::string probs_name = probs.name;
+  const Shape probs_shape = probs.shape;
+  const bool probs_batched = probs.batched;
+  b.scratch = {g.new_tensor(probs_name + ".grad", DType::kF32, probs_shape, probs_batched)};
+  if (dy != kNoTensor && g.tensor(n.out[1]).retain_grad) {
+    // retain_grad on the weights: their whole gradient dy·Vᵀ (+ what later nodes gave them,
+    // dprobs) is only scratch in the kernel; out[3] keeps it, and is what grad(weights) reads.
+    const TensorId whole = g.new_tensor("grad(" + probs_name + ")", DType::kF32, probs_shape, probs_batched);
+    b.out.push_back(whole);
+    g.tensor(n.out[1]).grad = whole;
+  }
   g.add_node(std::move(b));
   if (!scatter.in.empty()) g.add_node(std::move(scatter));
 }
@@ -218,6 +229,7 @@ void attention_backward_run(const RunContext& c, const Node& n, Slice s) {
   float* dq = n.out[0] != kNoTensor ? c.f32(n.out[0]) : nullptr;
   float* dk = n.out[1] != kNoTensor ? c.f32(n.out[1]) : nullptr;
   float* dv = n.out[2] != kNoTensor ? c.f32(n.out[2]) : nullptr;
+  float* weights_grad = n.out.size() > 3 ? c.f32(n.out[3]) : nullptr;  // (a retained one)
   const AttentionMasking mk = masking(c, n, n.in[5]);
   AttentionDims d = short_dims(m);
   d.sum_heads = n.attrs.sum_heads;  // dy [B, Tq, Dv / H], every head's output gradient
@@ -225,7 +237,7 @@ void attention_backward_run(const RunContext& c, const Node& n, Slice s) {
   if (n.attrs.v_indexed) d.v_ids = c.i32(n.in[7]);
   for_each_product_range(m.b * m.h, s, [&](int64_t p0, int64_t p1) {
     attention_backward(q, k, v, probs, dy, dweights, dprobs, dq, dk, dv, n.accumulates(0), n.accumulates(1),
-                       n.accumulates(2), d, mk, p0, p1);
+                       n.accumulates(2), d, mk, p0, p1, weights_grad);
   });
 }
 

@@ -26,7 +26,7 @@ class RunContext {
   // Nonzero when tensor id (a parameter or constant) keeps its values through all of this run
   // and the run uses it more than once (a run in chunks): a number no other run has, for
   // GemmEpilogue::b_stamp (the bf16 products then pack such a weight once per run).
-  virtual uint64_t constant_stamp(TensorId id) const { return 0; }
+  virtual uint64_t constant_stamp(TensorId /*id*/) const { return 0; }
   // Whether this run is a training step (Executor::train_step; false in Executor::forward):
   // dropout drops elements only then.
   virtual bool training() const { return false; }

@@ -9,7 +9,7 @@
 
 namespace attnkit {
 
-// Targets compiled into this library, best first (e.g. {"AVX3", "AVX2", "SSE4", "SSSE3", "EMU128"}).
+// Targets compiled into this library, best first (e.g. {"AVX3", "AVX2", "SSE4", "SSSE3", "SCALAR"}).
 std::vector<std::string> compiled_simd_targets();
 
 // The compiled targets this CPU can run, best first.

@@ -137,8 +137,8 @@ void attention_forward(const float* q, const float* k, const float* v, float* pr
 void attention_backward(const float* q, const float* k, const float* v, const float* probs, const float* dy,
                         const float* dweights, float* dprobs, float* dq, float* dk, float* dv, bool accumulate_q,
                         bool accumulate_k, bool accumulate_v, const AttentionDims& m, const AttentionMasking& mk,
-                        int64_t p0, int64_t p1) {
-  if (dy && !dweights &&
+                        int64_t p0, int64_t p1, float* weights_grad) {
+  if (dy && !dweights && !weights_grad &&
       attention_short_backward(q, k, v, probs, dy, dq, dk, dv, accumulate_q, accumulate_k, accumulate_v, m, mk, p0, p1))
     return;
   const int64_t tt = m.tq * m.tk;
@@ -151,16 +151,18 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
     const int64_t ldy = m.y_row();  // (sum_heads: every head reads the one dy)
     const float* dy_p = dy ? dy + b * m.tq * ldy + h * m.y_head() : nullptr;
     float* dS = dprobs + p * tt;
-    // dP = dy·Vᵀ + the weights' own gradient.
+    // dP = dy·Vᵀ + the weights' own gradient: in dS (then dS in place), or kept in weights_grad.
+    float* const dp_all = weights_grad ? weights_grad : dprobs;
+    float* const dP = dp_all + p * tt;
     if (dy)
       sgemm_slice(false, true, m.tq, m.tk, m.dvh, 1.0f, dy_p, ldy, m.entry_values(v, b, value_tile(m)) + h * m.dvh,
-                  m.dv, 0.0f, dS, m.tk, bf16_slice(m));
-    if (dweights) axpy(1.0f, dweights + p * tt, dS, tt, /*accumulate=*/dy != nullptr, Slice{});
+                  m.dv, 0.0f, dP, m.tk, bf16_slice(m));
+    if (dweights) axpy(1.0f, dweights + p * tt, dP, tt, /*accumulate=*/dy != nullptr, Slice{});
     if (dv && dy)
       sgemm_slice(true, false, m.tk, m.dvh, m.tq, 1.0f, probs + p * tt, m.tk, dy_p, ldy,
                   accumulate_v ? 1.0f : 0.0f, dv + b * m.tk * m.dv + h * m.dvh, m.dv, bf16_slice(m));
     for_each_mask_run(m, mk, p, p + 1, [&](int64_t r0, int64_t r1, const SoftmaxMask& mask) {
-      softmax_backward(probs + r0 * tt, dprobs + r0 * tt, dprobs + r0 * tt, r1 - r0, m.tq, m.tk,
+      softmax_backward(probs + r0 * tt, dp_all + r0 * tt, dprobs + r0 * tt, r1 - r0, m.tq, m.tk,
                        mk.scale, mask, false);
     });
     if (dq)

@@ -154,6 +154,7 @@ TEST_CASE("attention with upstream gradients on the output and the weights match
     Tensor v = g.input("v", {T, D}, DType::kF32, true), m = g.input("mask", {T, T}, DType::kU8);
     Tensor dout = g.input("dout", {T, D}, DType::kF32), dweights = g.input("dweights", {H, T, T}, DType::kF32);
     Attention a = scaled_dot_product_attention(q, k, v, m, false, H);
+    g.retain_grad(a.weights);  // its whole gradient: dout·Vᵀ + dweights
     g.backward(sum(a.out * dout) + sum(a.weights * dweights));
     Executor ex(g);
     // [B, H, T, dh] <-> [B, T, H·dh]
@@ -183,6 +184,21 @@ TEST_CASE("attention with upstream gradients on the output and the weights match
               REQUIRE(got[index(b, h, i, e)] == Approx(want[static_cast<size_t>(((b * H + h) * T + i) * dh + e)]).margin(2e-5));
             }
     }
+    // The retained weights' gradient against dout·Vᵀ + dweights from the reference's inputs, in double.
+    const auto rv = ref_f(r, "V"), rdout = ref_f(r, "dout");
+    const float* got = ex.f32(g.grad(a.weights).id());
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < T; ++i)
+          for (int64_t j = 0; j < T; ++j) {
+            const int64_t at = ((b * H + h) * T + i) * T + j;
+            double want = dw[static_cast<size_t>(at)];
+            for (int64_t e = 0; e < dh; ++e)
+              want += static_cast<double>(rdout[static_cast<size_t>(((b * H + h) * T + i) * dh + e)]) *
+                      rv[static_cast<size_t>(((b * H + h) * T + j) * dh + e)];
+            INFO("grad(weights) [" << b << ", " << h << ", " << i << ", " << j << "]");
+            REQUIRE(got[at] == Approx(want).margin(2e-5));
+          }
   }
   SECTION("primitives: matmul, softmax with a boolean mask, matmul") {
     Graph g(B);
@@ -247,6 +263,48 @@ TEST_CASE("padding and no-mask attention from primitives match PyTorch with a bo
       require_near(ex.f32(g.grad(k).id()), ref_f(r, "grad_K"), "grad_K");
       require_near(ex.f32(g.grad(v).id()), ref_f(r, "grad_V"), "grad_V");
     }
+  }
+}
+
+
+TEST_CASE("retain_grad on MultiHeadAttention's weights in a model: the same gradient with and without the folds") {
+  // The README's model (tok + pos embeddings, two heads, a head Linear, cross-entropy): the
+  // training graph folds the value projection into the tables; the weights' gradient is the
+  // same as the unfolded graph's.
+  constexpr int64_t B = 4, T = 10, V = 10, D = 32, H = 2;
+  auto run = [&](bool folds, std::vector<float>& dweights) {
+    Graph g(B);
+    g.set_fold_embedding_projections(folds);
+    g.set_index_attention_values(folds);
+    Tensor ids = g.input("ids", {T}, DType::kI32), targets = g.input("targets", {T}, DType::kI32);
+    Embedding tok(g, "tok", V, D), pos(g, "pos", T, D);
+    MultiHeadAttention attn(g, "attn", D, H);
+    Linear head(g, "head", D, V);
+    Tensor h = tok(ids) + pos(g.arange(T));
+    // Before the module ran, attn() is no tensor yet: a clear error.
+    CHECK_THROWS_WITH(g.retain_grad(attn.attn()), Catch::Contains("not a tensor") && Catch::Contains("attn()"));
+    Tensor logits = head(h + attn(h));
+    g.retain_grad(attn.attn());
+    g.backward(cross_entropy(logits, targets));
+    Executor ex(g, ExecutorOptions{1, 3, false});
+    ex.set_batch(B);
+    for (int64_t i = 0; i < B * T; ++i) {
+      ex.i32(ids.id())[i] = static_cast<int32_t>((i * 7 + 3) % V);
+      ex.i32(targets.id())[i] = static_cast<int32_t>((i * 3 + 1) % V);
+    }
+    ex.train_step(nullptr);
+    const float* got = ex.f32(g.grad(attn.attn()).id());
+    dweights.assign(got, got + B * H * T * T);
+  };
+  std::vector<float> folded, plain;
+  run(true, folded);
+  run(false, plain);
+  double largest = 0;
+  for (float x : plain) largest = std::max(largest, std::fabs(static_cast<double>(x)));
+  REQUIRE(largest > 1e-4);
+  for (size_t i = 0; i < plain.size(); ++i) {
+    INFO("grad(weights)[" << i << "]");
+    REQUIRE(std::fabs(static_cast<double>(folded[i]) - plain[i]) <= 1e-4 * largest);
   }
 }
 

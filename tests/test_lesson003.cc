@@ -30,7 +30,7 @@ struct AttentionGraph {
   std::unique_ptr<Executor> ex;
 };
 
-AttentionGraph build(bool primitives, bool causal, int threads) {
+AttentionGraph build(bool primitives, bool causal, int threads, bool retain_weights = false) {
   AttentionGraph a;
   a.g = std::make_unique<Graph>(kB);
   Graph& g = *a.g;
@@ -47,6 +47,7 @@ AttentionGraph build(bool primitives, bool causal, int threads) {
   }
   g.keep(a.y);
   g.keep(a.weights);
+  if (retain_weights) g.retain_grad(a.weights);
   a.dy = g.input("dy", {kT, kD}, DType::kF32);
   g.backward(a.y, a.dy);
   a.ex = std::make_unique<Executor>(g, ExecutorOptions{threads, 7, false});
@@ -111,6 +112,34 @@ TEST_CASE("lesson 003 attention from primitives equals the fused op: outputs wei
     for (const ParamInfo& p : prim.g->params())
       require_close(prim.ex->grads() + p.offset, fused.ex->grads() + fp.at(p.name)->offset, p.numel,
                     "gradient of " + p.name, 1e-3 * largest);
+  }
+}
+
+TEST_CASE("retain_grad on the attention weights: the fused op keeps the gradient the primitives' softmax output has") {
+  // The fused op's dL/dweights (dy·Vᵀ per head) is scratch in its kernel unless retained.
+  for (const bool causal : {false, true}) {
+    for (const int threads : {1, 2}) {
+      INFO((causal ? "causal" : "no mask") << ", " << threads << " threads");
+      AttentionGraph fused = build(false, causal, threads, true), prim = build(true, causal, threads, true);
+      copy_params(fused, prim);
+      feed(fused, 5);
+      feed(prim, 5);
+      fused.ex->train_step(nullptr);
+      prim.ex->train_step(nullptr);
+      const float* want = prim.ex->f32(prim.g->grad(prim.weights).id());
+      const float* got = fused.ex->f32(fused.g->grad(fused.weights).id());
+      double largest = 0;
+      for (int64_t i = 0; i < kB * kH * kT * kT; ++i) largest = std::max(largest, std::fabs(static_cast<double>(want[i])));
+      REQUIRE(largest > 0.01);
+      require_close(got, want, kB * kH * kT * kT, "gradient of the weights");
+      // Retaining changes nothing else: x's gradient is the one without retain_grad.
+      AttentionGraph plain = build(false, causal, threads);
+      copy_params(fused, plain);
+      feed(plain, 5);
+      plain.ex->train_step(nullptr);
+      require_close(fused.ex->f32(fused.g->grad(fused.x).id()), plain.ex->f32(plain.g->grad(plain.x).id()), kB * kT * kD,
+                    "gradient of x with and without retain_grad");
+    }
   }
 }
 

@@ -1,5 +1,6 @@
 # Driven by CTest (see tests/CMakeLists.txt): install, then build examples/ against the
-# installed tree twice (CMake package and pkg-config) and run the programs.
+# installed tree twice (CMake package and pkg-config) and run the programs; then compile every
+# installed header on its own.
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 function(run)
@@ -34,3 +35,23 @@ endif()
 separate_arguments(flags UNIX_COMMAND "${flags}")
 run(${CONSUMER_CXX} -std=c++17 -O2 ${consumer_flags} ${CONSUMER_SOURCE_DIR}/train_neighbor_sum.cc -o ${WORK_DIR}/consumer_pc ${flags})
 run(${WORK_DIR}/consumer_pc)
+
+# 3. Every installed header compiles on its own (includes what it uses) without a warning under
+# -Wall -Wextra, and none needs a build-only dependency (nlohmann/json stays private).
+execute_process(COMMAND pkg-config --cflags attnkit OUTPUT_VARIABLE cflags OUTPUT_STRIP_TRAILING_WHITESPACE)
+separate_arguments(cflags UNIX_COMMAND "${cflags}")
+file(GLOB_RECURSE headers RELATIVE ${prefix}/include ${prefix}/include/attnkit/*.h)
+list(LENGTH headers header_count)
+if(header_count LESS 20)
+  message(FATAL_ERROR "only ${header_count} headers installed under ${prefix}/include/attnkit")
+endif()
+foreach(h ${headers})
+  file(STRINGS ${prefix}/include/${h} private_includes REGEX "#include <nlohmann/")
+  if(private_includes)
+    message(FATAL_ERROR "installed header ${h} includes a build-only dependency: ${private_includes}")
+  endif()
+  file(WRITE ${WORK_DIR}/header_check.cc "#include <${h}>\n")
+  run(${CONSUMER_CXX} -std=c++17 -Wall -Wextra -Werror -fsyntax-only ${consumer_flags} ${cflags}
+      ${WORK_DIR}/header_check.cc)
+endforeach()
+message(STATUS "${header_count} installed headers compile on their own")
