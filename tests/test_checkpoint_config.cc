@@ -285,7 +285,7 @@ TEST_CASE("trainer: the graph follows the training set, not a batch size far abo
   CHECK(normal.executor().graph().max_batch() == 16);
 }
 
-TEST_CASE("a library model's checkpoint (its own task name, no validation set) loads in a Predictor; eval's task check names it") {
+TEST_CASE("a library model's checkpoint (its own task name, no validation set) loads in a Predictor, eval's task check names it") {
   TempDir dir;
   ModelConfig c = lesson_config("reversal");
   TaskData data;  // drawn by reversal's rule; no validation set
@@ -309,7 +309,7 @@ TEST_CASE("a library model's checkpoint (its own task name, no validation set) l
                      "'config.task' = 'my-reversal' is not a task");
 }
 
-TEST_CASE("trainer: a checkpoint records its data file's fingerprint; other data is refused, older checkpoints resume") {
+TEST_CASE("trainer: a checkpoint records its data file's fingerprint, other data is refused, older checkpoints resume") {
   TempDir dir;
   const ModelConfig c = lesson_config("neighbor-sum");
   TrainerOptions o;

@@ -204,16 +204,23 @@ TEST_CASE("resume: 2 epochs + resume to 4 equals 4 epochs, bitwise") {
   expect_usage_error("train reversal --resume '" + (dir / "half").string() + "'", "neighbor-sum", dir);
 }
 
-TEST_CASE("resume: losses loss.csv lacks are nan, numbering kept; a bare checkpoint resumes; without snapshots.npy a warning") {
+TEST_CASE("resume: losses loss.csv lacks are nan, numbering kept, a bare checkpoint resumes, without snapshots.npy a warning") {
   const fs::path dir = scratch("resume_missing");
   const std::string common = "train neighbor-sum --train-size 300 --val-size 40 --seed 3 --snapshot-steps 0,4,7 --no-pictures ";
   REQUIRE(attnkit(common + "--epochs 4 --out '" + (dir / "full").string() + "'", dir).code == 0);
   REQUIRE(attnkit(common + "--epochs 2 --out '" + (dir / "half").string() + "'", dir).code == 0);
-  // A copy of the 2-epoch run (step 10) without `name`, or with loss.csv cut to 3 steps.
+  const std::vector<std::string> full_losses = lines(slurp(dir / "full" / "loss.csv"));
+  REQUIRE(full_losses.size() == 21);  // header + 20 steps
+  // A copy of the 2-epoch run (step 10) without `name`, or with loss.csv cut to its first 3 steps
+  // ("short"), and then a fourth line cut off before its newline: "4," ("cut"), or its number
+  // missing its last digit ("cut-number").
   auto copy_without = [&](const std::string& name) {
     const fs::path copy = dir / ("no-" + name);
     fs::copy(dir / "half", copy, fs::copy_options::recursive);
-    if (name == "short") std::ofstream(copy / "loss.csv") << "step,loss\n1,2.5\n2,2.4\n3,2.3\n";
+    const std::string three = full_losses[0] + "\n" + full_losses[1] + "\n" + full_losses[2] + "\n" + full_losses[3] + "\n";
+    if (name == "short") std::ofstream(copy / "loss.csv") << three;
+    else if (name == "cut") std::ofstream(copy / "loss.csv") << three << "4,";
+    else if (name == "cut-number") std::ofstream(copy / "loss.csv") << three << full_losses[4].substr(0, full_losses[4].size() - 1);
     else fs::remove(copy / name);
     return copy;
   };
@@ -221,8 +228,6 @@ TEST_CASE("resume: losses loss.csv lacks are nan, numbering kept; a bare checkpo
     return "train neighbor-sum --epochs 4 --no-pictures --resume '" + from.string() + "' --out '" +
            (dir / ("out-" + from.filename().string())).string() + "'";
   };
-  const std::vector<std::string> full_losses = lines(slurp(dir / "full" / "loss.csv"));
-  REQUIRE(full_losses.size() == 21);  // header + 20 steps
   // The unknown steps are nan, every later line is the uninterrupted run's (same numbers).
   auto check_losses = [&](const fs::path& out, size_t unknown_from) {
     const std::vector<std::string> got = lines(slurp(out / "loss.csv"));
@@ -245,6 +250,14 @@ TEST_CASE("resume: losses loss.csv lacks are nan, numbering kept; a bare checkpo
         std::string::npos);
   check_losses(dir / "out-no-short", 4);
   CHECK(slurp(dir / "out-no-short" / "model.safetensors") == slurp(dir / "full" / "model.safetensors"));
+  // A last line cut off (no newline: "4," or "4,2.3" of a longer number) is a missing loss, not 0 or 2.3.
+  for (const char* cut : {"cut", "cut-number"}) {
+    const Result c = attnkit(resume(copy_without(cut)), dir);
+    REQUIRE(c.code == 0);
+    CHECK(c.err.find("loss.csv: has 3 of the checkpoint's 10 steps: the losses of steps 4-10 are written as nan") !=
+          std::string::npos);
+    check_losses(dir / ("out-no-" + std::string(cut)), 4);
+  }
 
   // A bare checkpoint (the file alone, as README's "rebuild the model from it alone" allows).
   fs::create_directories(dir / "bare");
@@ -344,7 +357,7 @@ np.savez(d + '/token.npz', X_train=Xt, Y_train=Yt, X_val=Xb, Y_val=Yv)
   expect_runtime_error("train reversal --data '" + (dir / "dup.npz").string() + "'", "length 10", dir);
 }
 
-TEST_CASE("resume: --data may name a copy of the checkpoint's arrays; other arrays are an error naming the file") {
+TEST_CASE("resume: --data may name a copy of the checkpoint's arrays, other arrays are an error naming the file") {
   const fs::path dir = scratch("resume_data");
   numpy(R"(
 def save(name, seed):
@@ -387,6 +400,65 @@ save('a.npz', 0); save('b.npz', 1); save('a_again.npz', 0)
   expect_runtime_error(resume + "--out '" + (dir / "changed").string() + "'", a + " holds other data", dir);
   CHECK_FALSE(fs::exists(dir / "changed"));
   CHECK(json_file(fs::path(run) / "metrics.json")["epochs"] == 1);  // nothing rewritten
+
+  // A checkpoint that names its data by a relative path, resumed from another folder: the error
+  // says where the path came from and what to give.
+  fs::create_directories(dir / "elsewhere");
+  const std::string cli = std::string("'") + ATTNKIT_CLI + "' ";
+  REQUIRE(sh("cd '" + dir.string() + "' && " + cli + "train duplicates --epochs 1 --no-pictures --data a_again.npz --out rel",
+             dir).code == 0);
+  const Result rel = sh("cd '" + (dir / "elsewhere").string() + "' && " + cli + "train duplicates --epochs 2 " +
+                            "--no-pictures --resume ../rel --out ../rel2", dir);
+  CHECK(rel.code == 1);
+  CHECK(rel.err.find("trained on --data a_again.npz (the path as given then)") != std::string::npos);
+  CHECK(rel.err.find("give --data PATH") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "rel2"));
+  CHECK(sh("cd '" + (dir / "elsewhere").string() + "' && " + cli + "train duplicates --epochs 2 --no-pictures " +
+               "--resume ../rel --data ../a_again.npz --out ../rel2", dir).code == 0);
+}
+
+TEST_CASE("run folders: infer keeps out of a trained model's folder, render out of another run's, "
+          "unreached snapshot steps and data without targets are said") {
+  const fs::path dir = scratch("guards");
+  const std::string run = (dir / "run").string(), other = (dir / "other").string();
+  const std::string common = "train neighbor-sum --epochs 1 --train-size 300 --val-size 40 --no-pictures ";
+  const Result t = attnkit(common + "--snapshot-steps 0,3,10000 --out '" + run + "'", dir);
+  REQUIRE(t.code == 0);
+  CHECK(t.err.find("warning: snapshot steps 10000 come after the run's last step (5): no snapshot of them") !=
+        std::string::npos);
+  CHECK(json_file(fs::path(run) / "meta.json")["snapshot_steps"] == nlohmann::json({0, 3}));
+  REQUIRE(attnkit(common + "--seed 4 --out '" + other + "'", dir).code == 0);
+  const std::string model = slurp(fs::path(run) / "model.safetensors");
+  const std::string tokens = " --tokens '1 2 3 4 5 6 7 8 9 0' ";
+  // infer --out replaces its folder as a whole: never a folder with a trained model.
+  for (const std::string& out : {run, other}) {
+    expect_usage_error("infer --checkpoint '" + run + "'" + tokens + "--out '" + out + "'", "holds a trained model", dir);
+    CHECK(fs::exists(fs::path(out) / "model.safetensors"));
+  }
+  CHECK(slurp(fs::path(run) / "model.safetensors") == model);
+  // --no-pictures: the files without the pictures.
+  const Result np = attnkit("infer --checkpoint '" + run + "'" + tokens + "--no-pictures --out '" + (dir / "inf").string() + "'", dir);
+  REQUIRE(np.code == 0);
+  CHECK(fs::exists(dir / "inf" / "attention.npy"));
+  CHECK_FALSE(fs::exists(dir / "inf" / "attention.png"));
+  CHECK_FALSE(fs::exists(dir / "inf" / "report.html"));
+  // render RUN --out: RUN itself or a new folder, never another run's (two runs' files mixed).
+  expect_usage_error("render '" + other + "' --out '" + run + "'", "is another run's folder (it holds model.safetensors)", dir);
+  CHECK_FALSE(fs::exists(fs::path(run) / "attention.png"));
+  CHECK(attnkit("render '" + other + "' --out '" + other + "'", dir).code == 0);
+  CHECK(attnkit("render '" + other + "' --out '" + (dir / "pictures").string() + "'", dir).code == 0);
+  CHECK(fs::exists(dir / "pictures" / "attention.png"));
+  // Data whose targets are all -1: no accuracy, not an accuracy of 0.
+  numpy("X = np.tile(np.arange(10), (4, 1)); np.savez(d + '/none.npz', X_val=X, Y_val=-np.ones_like(X))", dir);
+  const Result e = attnkit("eval --checkpoint '" + run + "' --data '" + (dir / "none.npz").string() + "'", dir);
+  CHECK(e.code == 0);
+  CHECK(e.out.find("no accuracy: none of the 40 positions has a target") != std::string::npos);
+  const Result i = attnkit("infer --checkpoint '" + run + "' --data '" + (dir / "none.npz").string() + "' --out '" +
+                               (dir / "none").string() + "'", dir);
+  CHECK(i.code == 0);
+  CHECK(i.out.find("no accuracy: no position has a target") != std::string::npos);
+  CHECK(json_file(dir / "none" / "metrics.json")["accuracy"].is_null());
+  CHECK(json_file(dir / "none" / "metrics.json")["positions"] == 0);
 }
 
 TEST_CASE("usage errors exit 2 naming the flag, missing files exit 1 with one error line") {
@@ -438,7 +510,7 @@ TEST_CASE("T over 512: links.png and report.html are left out with one warning l
   const fs::path dir = scratch("long_t");
   const fs::path run = dir / "run";
   const Result r = attnkit("train reversal --seq-len 600 --vocab 16 --d-model 8 --epochs 1 --train-size 4 --val-size 1 "
-                           "--batch-size 4 --quiet --out '" + run.string() + "'", dir);
+                           "--batch-size 4 --snapshot-steps 0,1 --quiet --out '" + run.string() + "'", dir);
   CHECK(r.code == 0);
   CHECK(r.err == "warning: T = 600: links.png not drawn (link diagrams show at most 512 tokens a side); report.html "
                  "not written (a report shows at most 512 tokens a side)\n");
@@ -495,7 +567,7 @@ TEST_CASE("version names the SIMD target and ATTNKIT_SIMD_TARGET forces a lower 
                            "(choices: split, broadcast, best)") != std::string::npos);
 }
 
-TEST_CASE("train --precision bf16: metrics name the precision and kernel, a checkpoint resumes in f32; bad names are usage errors") {
+TEST_CASE("train --precision bf16: metrics name the precision and kernel, a checkpoint resumes in f32, bad names are usage errors") {
   const fs::path dir = scratch("precision");
   const Result version = attnkit("--version", dir);
   REQUIRE(version.code == 0);

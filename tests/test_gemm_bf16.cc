@@ -227,7 +227,7 @@ TEST_CASE("bf16 GEMM: the same bits whatever the slice count, and every kernel t
   }
 }
 
-TEST_CASE("bf16 GEMM: k == 0 and alpha == 0 scale C by beta; beta == 0 never reads C") {
+TEST_CASE("bf16 GEMM: k == 0 and alpha == 0 scale C by beta, beta == 0 never reads C") {
   for (Bf16Kernel kernel : {Bf16Kernel::kAmx, Bf16Kernel::kAvx512Bf16, Bf16Kernel::kNone}) {
     KernelScope scope(kernel);
     if (!scope.ok) continue;

@@ -251,7 +251,7 @@ const std::string kLongTitle =
 
 }  // namespace
 
-TEST_CASE("fit_text shrinks to the floor, then wraps at spaces; elide ends in an ellipsis", "[render]") {
+TEST_CASE("fit_text shrinks to the floor, then wraps at spaces, elide ends in an ellipsis", "[render]") {
   const TextStyle title{17, true};
   const TextBlock one = fit_text("short", title, 400, 11);
   CHECK(one.lines == std::vector<std::string>{"short"});
@@ -477,7 +477,7 @@ ChildRender render_in_child(const RenderRequest& r) {
 
 }  // namespace
 
-TEST_CASE("a 4096 x 4096 map renders in blocks within bounded memory; larger inputs are named errors",
+TEST_CASE("a 4096 x 4096 map renders in blocks within bounded memory, larger inputs are named errors",
           "[render][large]") {
   const fs::path dir = scratch("large");
   const int64_t n = kMaxMapSide;

@@ -151,7 +151,7 @@ TEST_CASE("attention rollout of random softmax maps: rows sum to 1, heads averag
   CHECK_THROWS_AS(attention_rollout(maps.data(), 0, 1, T), Error);
 }
 
-TEST_CASE("attention rollout at T = 300 equals a naive double product; T over the limit is an Error naming it") {
+TEST_CASE("attention rollout at T = 300 equals a naive double product, T over the limit is an Error naming it") {
   Rng rng(9);
   const int64_t L = 3, H = 2, T = 300;
   const std::vector<float> maps = random_maps<float>(rng, L * H * T, T);

@@ -185,7 +185,7 @@ CommandLine::CommandLine()
   eval_cmd->add_option("--checkpoint", eval.checkpoint, "model.safetensors (or its run folder)")
       ->required()
       ->check(path_given());
-  eval_cmd->add_option("--data", eval.data, "Evaluate on X_val, Y_val of a numpy .npz")->check(path_given());
+  eval_cmd->add_option("--data", eval.data, "Evaluate on your sequences: .npz (X_val, Y_val; or X, Y) or .npy int [N, T]")->check(path_given());
   eval_cmd->add_option("--val-size", eval.val_size, "Fresh sequences (default: the training's val size)")
       ->check(integer_in(1, 100000000));
   eval_cmd->add_option("--seed", eval.seed, "Seed of the fresh set (default: training seed + 1000)")
@@ -210,6 +210,8 @@ CommandLine::CommandLine()
   infer_cmd->add_option("--batch-size", infer.batch_size, "With --data: sequences per run (default 500)")
       ->check(integer_in(1, 100000));
   infer_cmd->add_flag("--quiet", infer.quiet, "With --data: print nothing but errors");
+  infer_cmd->add_flag("--no-pictures", infer.no_pictures,
+                      "With --tokens --out: do not draw the PNG pictures and report.html (--data draws none)");
   infer_cmd->add_option("--out", infer.out, "Write attention.npy, meta.json (and rollout.npy) here")
       ->check(path_given());
   infer_cmd->add_option("--threads", infer.threads, "Threads (default 1)")->check(integer_in(1, 256));

@@ -66,7 +66,7 @@ int run_eval(const EvalArgs& args);
 
 struct InferArgs {
   std::string checkpoint, tokens, out, data, attention = "all";
-  bool logits = false, quiet = false;
+  bool logits = false, quiet = false, no_pictures = false;
   int64_t batch_size = 500;
   int threads = 1;
   std::string precision = "f32";

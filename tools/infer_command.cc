@@ -178,16 +178,19 @@ int run_infer_data(const InferArgs& a) {
         {"batch_size", p.max_batch()},
         {"arena_bytes", p.arena_bytes()},
         {"attention_sequences", all ? nlohmann::json("all") : nlohmann::json(chosen)},
-        {"accuracy", has_targets ? nlohmann::json(acc.value()) : nlohmann::json(nullptr)},
+        {"accuracy", has_targets && acc.total > 0 ? nlohmann::json(acc.value()) : nlohmann::json(nullptr)},
         {"positions", has_targets ? nlohmann::json(acc.total) : nlohmann::json(nullptr)},
     };
     write_json(dir + "/metrics.json", metrics);
     written.push_back("metrics.json");
     writer.commit(CarryOver::kUserFiles);
     if (!a.quiet) {
-      if (has_targets)
+      if (has_targets && acc.total > 0)
         fmt::print("{} sequences in {:.2f} s ({:.0f}/s): accuracy {:.4f} ({} of {} positions)\n", d.size, seconds,
                    d.size / std::max(seconds, 1e-9), acc.value(), acc.correct, acc.total);
+      else if (has_targets)
+        fmt::print("{} sequences in {:.2f} s ({:.0f}/s): no accuracy: no position has a target (all -1)\n", d.size,
+                   seconds, d.size / std::max(seconds, 1e-9));
       else
         fmt::print("{} sequences in {:.2f} s ({:.0f}/s)\n", d.size, seconds, d.size / std::max(seconds, 1e-9));
       std::string names;

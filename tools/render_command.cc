@@ -25,6 +25,14 @@ int run_render(const RenderArgs& r) {
     o.scale = r.scale;
     o.map = render::colormap_from_name(r.colormap);
     const std::string out = r.out.empty() ? r.input : r.out;
+    // The pictures join the files of --out: another run's folder would end up with two runs'.
+    std::error_code ec;
+    if (!r.out.empty() && !fs::equivalent(r.input, r.out, ec)) {
+      const std::string other = run_file_in(r.out);
+      if (!other.empty())
+        throw UsageError("--out " + r.out + " is another run's folder (it holds " + other + "): " + r.input +
+                         "'s pictures would be mixed with its files; give a new or empty folder, or leave --out out");
+    }
     const RunContents contents = read_run_folder(r.input);
     // The pictures join the folder's other files as one new version of it.
     RunFolderWriter writer(out, "attnkit render " + r.input);

@@ -464,15 +464,27 @@ void write_loss_csv(const std::string& path, const std::vector<float>& losses) {
   write_file_atomic(path, text.data(), text.size());
 }
 
+std::string run_file_in(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return "";
+  for (const char* name : {"model.safetensors", "meta.json", "attention.npy", "metrics.json"})
+    if (fs::exists(fs::path(dir) / name, ec)) return name;
+  return "";
+}
+
 std::vector<float> read_loss_csv(const std::string& path) {
   const std::vector<uint8_t> bytes = read_file(path, 1ull << 32);
   std::string line;
   std::vector<float> losses;
   size_t pos = 0;
+  // Every line attnkit writes ends in '\n': a last line without one was cut short (a copy or a
+  // disk that stopped mid-line), and is left out like the lines after it (the caller warns
+  // about the missing steps) rather than read as a shorter number.
   auto next_line = [&](std::string* out) {
     if (pos >= bytes.size()) return false;
     size_t end = pos;
     while (end < bytes.size() && bytes[end] != '\n') ++end;
+    if (end == bytes.size()) return false;
     out->assign(bytes.begin() + static_cast<std::ptrdiff_t>(pos), bytes.begin() + static_cast<std::ptrdiff_t>(end));
     pos = end + 1;
     return true;
@@ -482,8 +494,9 @@ std::vector<float> read_loss_csv(const std::string& path) {
     const size_t comma = line.find(',');
     char* end = nullptr;
     const long step = comma == std::string::npos ? -1 : std::strtol(line.c_str(), &end, 10);
-    const float loss = comma == std::string::npos ? 0.0f : std::strtof(line.c_str() + comma + 1, &end);
-    if (step != static_cast<long>(losses.size()) + 1 || *end != '\0')
+    const char* value = comma == std::string::npos ? nullptr : line.c_str() + comma + 1;
+    const float loss = value == nullptr ? 0.0f : std::strtof(value, &end);
+    if (step != static_cast<long>(losses.size()) + 1 || *end != '\0' || end == value)
       throw FileError(path + ": line " + std::to_string(n) + " is not 'step,loss' with step " +
                       std::to_string(losses.size() + 1));
     losses.push_back(loss);

@@ -104,6 +104,10 @@ bool draw_pictures(const RunContents& contents, const std::string& dir, std::vec
                    std::string* error, const render::RunRenderOptions& options = {}, std::string* skipped = nullptr);
 
 // "step,loss" lines, steps counted from 1.
+// The first of attnkit's run files (model.safetensors, meta.json, attention.npy, metrics.json)
+// found in dir, or "" (none, or no such folder).
+std::string run_file_in(const std::string& dir);
+
 void write_loss_csv(const std::string& path, const std::vector<float>& losses);
 // The losses of a loss.csv, in order; throws FileError naming the line.
 std::vector<float> read_loss_csv(const std::string& path);

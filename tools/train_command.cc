@@ -245,6 +245,10 @@ int run_train(const TrainArgs& a, Collective* group) {
                                  options.training.batch_size, ranks));
 
   TaskData data;
+  if (!resume_checkpoint.empty() && !a.has("data") && !options.data_path.empty() && !fs::exists(options.data_path))
+    throw FileError(resume_checkpoint + " trained on --data " + options.data_path +
+                    " (the path as given then), which is not there from this folder: give --data PATH to the same "
+                    "arrays (their fingerprint is checked)");
   if (!options.data_path.empty()) {
     data = load_task_data(options.data_path, config,
                           resume_checkpoint.empty() ? "the model" : "the checkpoint " + resume_checkpoint);
@@ -287,6 +291,16 @@ int run_train(const TrainArgs& a, Collective* group) {
       earlier = earlier_run(resume_dir, config, done, stored_snapshot_steps);
       for (const std::string& w : earlier.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
     }
+  }
+
+  if (lead) {  // snapshot steps the run never reaches: said, not dropped without a word
+    const int64_t last = options.training.epochs * trainer.batches_per_epoch();
+    std::string past;
+    for (int64_t s : options.training.snapshot_steps)
+      if (s > last) past += (past.empty() ? "" : ", ") + std::to_string(s);
+    if (!past.empty())
+      std::fprintf(stderr, "warning: snapshot steps %s come after the run's last step (%lld): no snapshot of them\n",
+                   past.c_str(), static_cast<long long>(last));
   }
 
   const bool tty = isatty(fileno(stdout)) != 0;
@@ -444,6 +458,11 @@ int run_eval(const EvalArgs& a) {
     source = fmt::format("{} fresh sequences (seed {})", n, seed);
   }
   const Accuracy acc = m.runner->evaluate(d);
+  if (acc.total == 0) {  // (every target -1: nothing to score, not an accuracy of 0)
+    fmt::print("{} at step {}: no accuracy: none of the {} positions has a target (all -1) in {}\n", m.config.task,
+               m.step, d.size * m.config.seq_len, source);
+    return 0;
+  }
   fmt::print("{} at step {}: accuracy {:.4f} ({} of {} positions) on {}\n", m.config.task, m.step, acc.value(),
              acc.correct, acc.total, source);
   return 0;
@@ -451,6 +470,10 @@ int run_eval(const EvalArgs& a) {
 
 int run_infer(const InferArgs& a) {
   if (!a.data.empty() && !a.tokens.empty()) throw UsageError("--tokens and --data: give one of them");
+  // infer's --out folder is replaced as a whole (like a run folder): a trained model there would go.
+  if (!a.out.empty() && fs::exists(fs::path(a.out) / "model.safetensors"))
+    throw UsageError("--out " + a.out + " holds a trained model (model.safetensors): infer replaces its folder as a "
+                     "whole, so the model would be lost; give another folder");
   if (!a.data.empty()) return run_infer_data(a);
   if (a.tokens.empty()) throw UsageError("infer needs --tokens \"...\" (one sequence) or --data FILE (many)");
   if (a.logits || a.attention != "all" || a.batch_size != 500)
@@ -519,7 +542,7 @@ int run_infer(const InferArgs& a) {
       throw FileError(writer.in_folder_terms(e.what()) + " (" + a.out + " is unchanged)");
     }
     std::string error, skipped;
-    const bool pictures_ok = draw_pictures(contents, dir, &written, &error, {}, &skipped);
+    const bool pictures_ok = a.no_pictures || draw_pictures(contents, dir, &written, &error, {}, &skipped);
     if (!skipped.empty()) std::fprintf(stderr, "warning: %s\n", skipped.c_str());
     error = writer.in_folder_terms(error);
     writer.commit(CarryOver::kUserFiles);
