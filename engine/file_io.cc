@@ -6,10 +6,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 #include "engine/error.h"
 #include "engine/hash.h"
@@ -101,6 +103,46 @@ std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes) {
   if (got != size)
     throw FileError(path + ": file shrank while reading (" + std::to_string(got) + " of " +
                     std::to_string(size) + " bytes)");
+  return bytes;
+}
+
+std::vector<uint8_t> read_file_range(const std::string& path, uint64_t offset, uint64_t count, uint64_t* file_size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw FileError(path + ": cannot open: " + errno_text(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw FileError(path + ": cannot stat: " + errno_text(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw FileError(path + ": not a regular file");
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (file_size) *file_size = size;
+  const uint64_t n = offset >= size ? 0 : std::min(count, size - offset);
+  std::vector<uint8_t> bytes;
+  try {
+    bytes.resize(n);
+  } catch (const std::bad_alloc&) {
+    ::close(fd);
+    throw FileError(path + ": no memory for " + std::to_string(n) + " bytes");
+  }
+  uint64_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::pread(fd, bytes.data() + got, n - got, static_cast<off_t>(offset + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      const int err = r < 0 ? errno : 0;
+      ::close(fd);
+      if (r < 0) throw FileError(path + ": read failed: " + errno_text(err));
+      throw FileError(path + ": file shrank while reading (" + std::to_string(got) + " of " + std::to_string(n) +
+                      " bytes at offset " + std::to_string(offset) + ")");
+    }
+    got += static_cast<uint64_t>(r);
+  }
+  ::close(fd);
   return bytes;
 }
 

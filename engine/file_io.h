@@ -12,6 +12,12 @@ namespace attnkit {
 // larger than max_bytes (default 16 GiB), so a wrong path cannot exhaust memory.
 std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes = 1ull << 34);
 
+// Reads at most `count` bytes from `offset` of a regular file (fewer where the file ends), and
+// its whole size into *file_size when given: a slice of a file larger than one wants in memory.
+// The same errors as read_file.
+std::vector<uint8_t> read_file_range(const std::string& path, uint64_t offset, uint64_t count,
+                                     uint64_t* file_size = nullptr);
+
 // Replaces `path` atomically: `write` fills a temporary file `path.tmp.<pid>` in the same
 // directory (when that name would exceed NAME_MAX, a shortened name with a hash of the file
 // name, still holding ".tmp.<pid>"), which is then flushed, fsync'ed and renamed over `path`,

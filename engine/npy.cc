@@ -238,7 +238,9 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + (shape.size() == 1 ? ",)" : ")");
 }
 
-NpyHeader parse_npy_header(const uint8_t* data, size_t size, const std::string& what) {
+// size: the bytes at data (the whole image, or at least its header); total: the file's size
+// (the data's bytes are checked against it).
+NpyHeader parse_npy_header(const uint8_t* data, size_t size, const std::string& what, uint64_t total) {
   if (size < kNpyMagicLen + 2 || std::memcmp(data, kNpyMagic, kNpyMagicLen) != 0)
     throw FileError(what + ": not a .npy file (bad magic; expected \\x93NUMPY)");
   int major = data[6], minor = data[7];
@@ -292,10 +294,10 @@ NpyHeader parse_npy_header(const uint8_t* data, size_t size, const std::string& 
                     "save np.ascontiguousarray(a))");
   uint64_t nbytes = checked_byte_size(h.shape, h.dtype.itemsize, what);
   h.data_offset = prefix + header_len;
-  if (nbytes > size - h.data_offset)
+  if (nbytes > total - h.data_offset)
     throw FileError(what + ": data truncated: shape " + shape_text(h.shape) + " of " + h.descr +
                     " needs " + std::to_string(nbytes) + " bytes, only " +
-                    std::to_string(size - h.data_offset) + " present");
+                    std::to_string(total - h.data_offset) + " present");
   h.data_bytes = static_cast<size_t>(nbytes);
   return h;
 }
@@ -434,7 +436,7 @@ NpyArray make_npy(const uint8_t* d, const std::vector<int64_t>& s) { return make
 // ---- .npy --------------------------------------------------------------------------------
 
 NpyArray parse_npy(const uint8_t* data, size_t size, const std::string& what) {
-  NpyHeader h = parse_npy_header(data, size, what);
+  NpyHeader h = parse_npy_header(data, size, what, size);
   NpyArray a;
   a.descr = h.descr;
   a.shape = h.shape;
@@ -443,7 +445,7 @@ NpyArray parse_npy(const uint8_t* data, size_t size, const std::string& what) {
 }
 
 NpyArray parse_npy(std::vector<uint8_t>&& image, const std::string& what) {
-  NpyHeader h = parse_npy_header(image.data(), image.size(), what);
+  NpyHeader h = parse_npy_header(image.data(), image.size(), what, image.size());
   NpyArray a;
   a.descr = h.descr;
   a.shape = h.shape;
@@ -456,6 +458,25 @@ NpyArray parse_npy(std::vector<uint8_t>&& image, const std::string& what) {
 NpyArray read_npy(const std::string& path) {
   std::vector<uint8_t> file = read_file(path);
   return parse_npy(file.data(), file.size(), path);
+}
+
+NpyArray read_npy_entry(const std::string& path, int64_t index, int64_t* entries) {
+  uint64_t total = 0;
+  const std::vector<uint8_t> head = read_file_range(path, 0, 12 + kMaxNpyHeader, &total);
+  const NpyHeader h = parse_npy_header(head.data(), head.size(), path, total);
+  if (h.shape.empty()) throw FileError(path + ": a 0-d array has no entries along a first axis");
+  const int64_t n = h.shape[0];
+  if (entries) *entries = n;
+  if (index < 0 || index >= n)
+    throw FileError(path + ": entry " + std::to_string(index) + " is outside its first axis [0, " + std::to_string(n) +
+                    ") (shape " + shape_text(h.shape) + ")");
+  const uint64_t entry_bytes = h.data_bytes / static_cast<uint64_t>(n);
+  NpyArray a;
+  a.descr = h.descr;
+  a.shape.assign(h.shape.begin() + 1, h.shape.end());
+  a.bytes = read_file_range(path, h.data_offset + static_cast<uint64_t>(index) * entry_bytes, entry_bytes);
+  if (a.bytes.size() != entry_bytes) throw FileError(path + ": file shrank while reading entry " + std::to_string(index));
+  return a;
 }
 
 std::vector<uint8_t> encode_npy_header(const std::string& descr, const std::vector<int64_t>& shape) {

@@ -46,6 +46,10 @@ NpyArray parse_npy(const uint8_t* data, size_t size, const std::string& what);
 // is erased from its front): no second copy of the data.
 NpyArray parse_npy(std::vector<uint8_t>&& image, const std::string& what);
 NpyArray read_npy(const std::string& path);
+// Entry `index` along the first axis (shape[1:]), reading only its bytes from the file: one
+// sequence's maps of a large [N, ...] array. *entries (when given) gets N. A FileError names
+// the file for the same faults as read_npy's and for an index outside [0, N).
+NpyArray read_npy_entry(const std::string& path, int64_t index, int64_t* entries = nullptr);
 
 // The .npy image numpy's np.save would write for this array: version 1.0 (2.0 if the header
 // needs it), header padded with spaces so the data starts at a multiple of 64.

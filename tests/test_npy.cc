@@ -203,6 +203,38 @@ TEST_CASE("write_npy then read_npy round-trips float32, int32 and int64", "[npy]
   CHECK(raw[raw.size() - 25] == '\n');
 }
 
+TEST_CASE("read_npy_entry reads one entry along the first axis, only its bytes, and names bad indices", "[npy]") {
+  TempDir dir;
+  std::vector<float> f(4 * 2 * 3);
+  for (size_t i = 0; i < f.size(); ++i) f[i] = static_cast<float>(i) * 0.5f - 3;
+  write_npy(dir / "f.npy", f.data(), {4, 2, 3});
+  for (int64_t k = 0; k < 4; ++k) {
+    int64_t n = 0;
+    const NpyArray e = read_npy_entry(dir / "f.npy", k, &n);
+    CHECK(n == 4);
+    CHECK(e.descr == "<f4");
+    CHECK(e.shape == std::vector<int64_t>{2, 3});
+    const std::vector<float> got = to_float32(e, "entry");
+    CHECK(std::memcmp(got.data(), f.data() + k * 6, sizeof(float) * 6) == 0);
+  }
+  CHECK_THROWS_WITH(read_npy_entry(dir / "f.npy", 4), Catch::Contains("f.npy: entry 4 is outside its first axis [0, 4)"));
+  CHECK_THROWS_AS(read_npy_entry(dir / "f.npy", -1), FileError);
+  int64_t scalar = 7;
+  write_npy(dir / "s.npy", &scalar, {});
+  CHECK_THROWS_WITH(read_npy_entry(dir / "s.npy", 0), Catch::Contains("0-d array"));
+  // A file cut short is found from its size, before any entry is read.
+  std::vector<uint8_t> raw = file_bytes(dir / "f.npy");
+  raw.resize(raw.size() - 4);
+  {
+    std::FILE* out = std::fopen((dir / "cut.npy").c_str(), "wb");
+    REQUIRE(out);
+    std::fwrite(raw.data(), 1, raw.size(), out);
+    std::fclose(out);
+  }
+  CHECK_THROWS_WITH(read_npy_entry(dir / "cut.npy", 0), Catch::Contains("cut.npy: data truncated"));
+  CHECK_THROWS_WITH(read_npy_entry(dir / "missing.npy", 0), Catch::Contains("missing.npy: cannot open"));
+}
+
 namespace {
 
 // The arrays of the round-trip cases: one of each dtype write_npz takes, a 0-d one included.

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -747,7 +748,26 @@ TEST_CASE("attnkit render: files, run folders, exit codes", "[render][cli]") {
   write_npy((dir / "five.npy").string(), w.data(), {1, 1, 2, 4, 4});
   r = sh(cli + " render '" + (dir / "five.npy").string() + "' --out '" + (dir / "x.png").string() + "'", dir);
   CHECK(r.code == 1);
-  CHECK_THAT(r.err, Catch::StartsWith("error: ") && Catch::Contains("rank 5"));
+  CHECK_THAT(r.err, Catch::StartsWith("error: ") && Catch::Contains("rank 5") && Catch::Contains("--index K"));
+  {  // --index K: one entry of an [N, L, H, T, T] array (infer --data's attention.npy), the same picture
+     // as that entry saved alone.
+    std::vector<float> many = peaked_maps(3 * 2, 4, 1);  // 3 entries of [1, 2, 4, 4]
+    write_npy((dir / "many.npy").string(), many.data(), {3, 1, 2, 4, 4});
+    write_npy((dir / "entry2.npy").string(), many.data() + 2 * 2 * 16, {1, 2, 4, 4});
+    r = sh(cli + " render '" + (dir / "many.npy").string() + "' --index 2 --out '" + (dir / "k.png").string() + "'", dir);
+    REQUIRE(r.code == 0);
+    r = sh(cli + " render '" + (dir / "entry2.npy").string() + "' --title 'many.npy [2]' --out '" +
+               (dir / "alone.png").string() + "'", dir);
+    REQUIRE(r.code == 0);
+    const Image k = read_png((dir / "k.png").string()), alone = read_png((dir / "alone.png").string());
+    REQUIRE(k.width() == alone.width());
+    REQUIRE(k.height() == alone.height());
+    CHECK(std::memcmp(k.rgba(), alone.rgba(), static_cast<size_t>(k.width()) * k.height() * 4) == 0);
+    r = sh(cli + " render '" + (dir / "many.npy").string() + "' --index 3 --out '" + (dir / "k3.png").string() + "'", dir);
+    CHECK(r.code == 1);
+    CHECK_THAT(r.err, Catch::Contains("entry 3 is outside its first axis [0, 3)"));
+    CHECK_FALSE(fs::exists(dir / "k3.png"));
+  }
   std::vector<float> scores = w;
   for (float& x : scores) x *= 3;
   write_npy((dir / "scores.npy").string(), scores.data(), {2, 4, 4});
@@ -760,6 +780,15 @@ TEST_CASE("attnkit render: files, run folders, exit codes", "[render][cli]") {
   CHECK(r.code == 0);
   CHECK(fs::exists(dir / "pictures" / "report.html"));
   CHECK(fs::exists(dir / "pictures" / "snapshots.png"));
+  r = sh(cli + " render '" + run.string() + "' --index 0 --out '" + (dir / "pictures").string() + "'", dir);
+  CHECK(r.code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--index apply to an .npy file"));
+  // A folder of many sequences' maps (no meta.json): the error says how to draw one.
+  fs::create_directories(dir / "many_run");
+  fs::copy_file(dir / "many.npy", dir / "many_run" / "attention.npy");
+  r = sh(cli + " render '" + (dir / "many_run").string() + "'", dir);
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Catch::Contains("no meta.json") && Catch::Contains("--index K"));
 }
 #endif
 

@@ -109,6 +109,9 @@ CLI::App* add_render_subcommand(CLI::App& app, RenderArgs* r) {
   cmd->add_option("--query-tokens", r->query_tokens, "Query (row) labels, when they differ from the keys (cross-attention)");
   cmd->add_option("--layer", r->layer, "Only this layer (of [L,H,T,T])")->check(integer_in(0, 1000000));
   cmd->add_option("--head", r->head, "Only this head (of [H,T,T] or [L,H,T,T])")->check(integer_in(0, 1000000));
+  cmd->add_option("--index", r->index,
+                  "Entry K of an [N,L,H,T,T] .npy (infer --data's attention.npy, snapshots.npy), read alone")
+      ->check(integer_in(0, 9223372036854775807LL));
   cmd->add_option("--view", r->view, "heatmap (default) or links (a BertViz-style link diagram)")
       ->check(CLI::IsMember({"heatmap", "links"}));
   cmd->add_option("--title", r->title, "Title above the picture");

@@ -80,7 +80,7 @@ int run_rollout(const std::string& input, const std::string& output);
 // attnkit render (tools/render_command.cc): an attention .npy to PNG/SVG/HTML, or a run folder.
 struct RenderArgs {
   std::string input, out, tokens, query_tokens, view = "heatmap", title, values = "auto", colormap = "blues";
-  int64_t layer = -1, head = -1;
+  int64_t layer = -1, head = -1, index = -1;
   double scale = 2;
 };
 CLI::App* add_render_subcommand(CLI::App& app, RenderArgs* args);  // tools/cli_parser.cc

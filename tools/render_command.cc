@@ -17,7 +17,8 @@ int run_render(const RenderArgs& r) {
   if (fs::is_directory(r.input)) {
     for (const auto* flag : {&r.tokens, &r.query_tokens, &r.title})
       if (!flag->empty()) throw UsageError("--tokens, --query-tokens and --title apply to an .npy file, not a run folder");
-    if (r.layer >= 0 || r.head >= 0) throw UsageError("--layer and --head apply to an .npy file, not a run folder");
+    if (r.layer >= 0 || r.head >= 0 || r.index >= 0)
+      throw UsageError("--layer, --head and --index apply to an .npy file, not a run folder");
     const std::string ext = fs::path(r.out).extension().string();
     if (ext == ".png" || ext == ".svg" || ext == ".html")
       throw UsageError("--out " + r.out + ": a run folder is drawn into a folder (pictures + report.html), not one file");
@@ -54,7 +55,7 @@ int run_render(const RenderArgs& r) {
   q.key_tokens = render::split_tokens(r.tokens);
   q.query_tokens = render::split_tokens(r.query_tokens);
   if (!r.query_tokens.empty() && r.tokens.empty()) throw UsageError("--query-tokens needs --tokens (the keys) too");
-  q.layer = r.layer, q.head = r.head;
+  q.layer = r.layer, q.head = r.head, q.index = r.index;
   q.view = r.view, q.title = r.title;
   q.decimals = r.values == "auto" ? -1 : r.values == "none" ? 0 : std::stoi(r.values);
   q.map = render::colormap_from_name(r.colormap);

@@ -390,7 +390,9 @@ RunContents read_run_folder(const std::string& dir) {
   const std::string attention = file_in(dir, "attention.npy"), meta_path = file_in(dir, "meta.json");
   if (!fs::exists(attention))
     throw FileError(dir + ": no attention.npy (is this a run folder written by `attnkit train` or `infer --out`?)");
-  if (!fs::exists(meta_path)) throw FileError(dir + ": no meta.json beside attention.npy");
+  if (!fs::exists(meta_path))
+    throw FileError(dir + ": no meta.json beside attention.npy (an `infer --data` folder holds many sequences' maps: "
+                    "draw one with `attnkit render " + attention + " --index K --out K.png`)");
   r.meta = read_json(meta_path);
   if (!r.meta.is_object()) throw FileError(meta_path + ": not a JSON object");
   {

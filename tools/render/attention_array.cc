@@ -21,7 +21,9 @@ AttentionArray attention_from_npy(const NpyArray& a, const std::string& what) {
   if (a.shape.size() < 2 || a.shape.size() > 4)
     throw FileError(what + ": shape " + shape + " has rank " + std::to_string(a.shape.size()) +
                     "; attention is [T_q, T_k], [heads, T_q, T_k] or [layers, heads, T_q, T_k]" +
-                    (a.shape.size() == 5 ? " (for [steps, layers, heads, T, T] snapshots, render the run folder)" : ""));
+                    (a.shape.size() == 5 ? " (an [N, layers, heads, T, T] array — infer --data's attention.npy, a run's "
+                                           "snapshots.npy: draw one entry with --index K, or render the run folder)"
+                                         : ""));
   for (int64_t d : a.shape)
     if (d <= 0) throw FileError(what + ": shape " + shape + " has an empty axis");
   AttentionArray out;

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "engine/error.h"
+#include "engine/npy.h"
 #include "tools/render/attention_array.h"
 #include "tools/render/heatmap.h"
 #include "tools/render/html_report.h"
@@ -40,21 +41,23 @@ std::vector<std::string> render_attention_file(const RenderRequest& r) {
   if (ext != ".png" && ext != ".svg" && ext != ".html")
     throw Error("--out " + r.output + ": unknown format '" + ext + "' (use .png, .svg or .html)");
   if (r.view != "heatmap" && r.view != "links") throw Error("--view " + r.view + ": use heatmap or links");
-  AttentionArray a = read_attention(r.input);
-  std::vector<std::string> warnings = attention_warnings(a, r.input);
+  // With --index only that entry's bytes are read (the file may hold maps of millions of sequences).
+  const std::string input = r.index < 0 ? r.input : r.input + " entry " + std::to_string(r.index);
+  AttentionArray a = r.index < 0 ? read_attention(r.input) : attention_from_npy(read_npy_entry(r.input, r.index), input);
+  std::vector<std::string> warnings = attention_warnings(a, input);
   const std::string shape = "[" + (a.rank == 4 ? std::to_string(a.layers) + ", " : "") +
                             (a.rank >= 3 ? std::to_string(a.heads) + ", " : "") + std::to_string(a.rows) + ", " +
                             std::to_string(a.cols) + "]";
   if (!r.key_tokens.empty() && static_cast<int64_t>(r.key_tokens.size()) != a.cols)
-    throw Error("--tokens: " + std::to_string(r.key_tokens.size()) + " tokens given, but " + r.input + " " + shape +
+    throw Error("--tokens: " + std::to_string(r.key_tokens.size()) + " tokens given, but " + input + " " + shape +
                 " has " + std::to_string(a.cols) + " keys (columns)");
   std::vector<std::string> queries = r.query_tokens;
   if (queries.empty() && a.rows == a.cols) queries = r.key_tokens;
   if (!r.query_tokens.empty() && static_cast<int64_t>(queries.size()) != a.rows)
-    throw Error("--query-tokens: " + std::to_string(queries.size()) + " tokens given, but " + r.input + " " + shape +
+    throw Error("--query-tokens: " + std::to_string(queries.size()) + " tokens given, but " + input + " " + shape +
                 " has " + std::to_string(a.rows) + " queries (rows)");
-  if (r.layer >= 0 && a.rank < 4) throw Error("--layer: " + r.input + " " + shape + " has no layer axis");
-  if (r.head >= 0 && a.rank < 3) throw Error("--head: " + r.input + " " + shape + " has no head axis");
+  if (r.layer >= 0 && a.rank < 4) throw Error("--layer: " + input + " " + shape + " has no layer axis");
+  if (r.head >= 0 && a.rank < 3) throw Error("--head: " + input + " " + shape + " has no head axis");
   if (r.layer >= a.layers) throw Error("--layer " + std::to_string(r.layer) + " is out of range (" + std::to_string(a.layers) + " layers)");
   if (r.head >= a.heads) throw Error("--head " + std::to_string(r.head) + " is out of range (" + std::to_string(a.heads) + " heads)");
 
@@ -63,17 +66,17 @@ std::vector<std::string> render_attention_file(const RenderRequest& r) {
   for (int64_t l = 0; l < a.layers; ++l)
     for (int64_t h = 0; h < a.heads; ++h)
       if ((r.layer < 0 || l == r.layer) && (r.head < 0 || h == r.head)) picked.emplace_back(l, h);
-  const std::string name = fs::path(r.input).filename().string();
+  const std::string name = fs::path(r.input).filename().string() + (r.index < 0 ? "" : " [" + std::to_string(r.index) + "]");
 
   if (ext == ".html") {
     // The report draws every map on canvases and a link per weight in its head view.
     if (std::max(a.rows, a.cols) > kMaxReportTokens)
       throw Error("--out " + r.output + ": report.html shows maps of at most " + std::to_string(kMaxReportTokens) +
-                  " tokens a side; " + r.input + " " + shape + " has " + std::to_string(a.rows) + " x " +
+                  " tokens a side; " + input + " " + shape + " has " + std::to_string(a.rows) + " x " +
                   std::to_string(a.cols) + " (a .png or .svg draws it, in blocks)");
     ReportData d;
     d.title = r.title.empty() ? name : r.title;
-    d.subtitle = "Attention " + shape + " from " + r.input;
+    d.subtitle = "Attention " + shape + " from " + input;
     AttentionArray sel = a;
     if (picked.size() != static_cast<size_t>(a.layers * a.heads)) {  // keep only the chosen maps
       sel.weights.clear();
@@ -90,7 +93,7 @@ std::vector<std::string> render_attention_file(const RenderRequest& r) {
 
   if (r.view == "links") {
     if (std::max(a.rows, a.cols) > kMaxLinkTokens)
-      throw Error("--view links: " + r.input + " " + shape + " has " + std::to_string(a.rows) + " queries x " +
+      throw Error("--view links: " + input + " " + shape + " has " + std::to_string(a.rows) + " queries x " +
                   std::to_string(a.cols) + " keys; link diagrams are drawn for at most " +
                   std::to_string(kMaxLinkTokens) + " tokens a side (the heatmap view draws any size)");
     LinkOptions o;

@@ -18,6 +18,8 @@ struct RenderRequest {
   std::vector<std::string> key_tokens;    // labels of the keys (columns); empty: positions
   std::vector<std::string> query_tokens;  // labels of the queries (rows); empty: key_tokens if square
   int64_t layer = -1, head = -1;          // one map only (−1: all)
+  int64_t index = -1;                     // entry of an [N, L, H, Tq, Tk] array (infer --data's
+                                          // attention.npy, snapshots.npy), read alone; −1: none
   std::string view = "heatmap";           // "heatmap" or "links" (PNG/SVG)
   std::string title;                      // default: the file's name and what is drawn
   int decimals = -1;                      // values in cells: −1 auto, 0 none, 1 or 2
