@@ -211,7 +211,7 @@ void attention_differentiate(Autodiff& ad, const Node& n) {
   if (dy != kNoTensor && g.tensor(n.out[1]).retain_grad) {
     // retain_grad on the weights: their whole gradient dy·Vᵀ (+ what later nodes gave them,
     // dprobs) is only scratch in the kernel; out[3] keeps it, and is what grad(weights) reads.
-    const TensorId whole = g.new_tensor("grad(" + probs_name + ")", DType::kF32, probs_shape, probs_batched);
+    const TensorId whole = g.new_tensor("grad(" + probs_name + ").whole", DType::kF32, probs_shape, probs_batched);
     b.out.push_back(whole);
     g.tensor(n.out[1]).grad = whole;
   }

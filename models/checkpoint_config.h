@@ -6,7 +6,8 @@
 // "layernorm-linear", the learning rate with 9 significant digits, snapshot steps
 // comma-separated or "none", the data path or "generated" and, for data from a file,
 // "data_fnv1a": its task_data_fingerprint in 16 hex digits (absent in older checkpoints).
-// The model's keys are those of model_config_to_json (models/model_config_json.h).
+// The model's keys are those of model_config_to_json (models/model_config_json.h in the source
+// tree; the CLI's, not installed).
 #pragma once
 #include <map>
 #include <string>

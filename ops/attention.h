@@ -102,7 +102,8 @@ void attention_forward(const float* q, const float* k, const float* v, float* pr
 // And of the backward, given probs: dy (the output's gradient) and dweights (the attention
 // weights' own gradient, [B, H, tq, tk]) may each be nullptr; dprobs is [B, H, tq, tk] scratch.
 // Without dy, dv is not written. dq, dk, dv as in attention_short_backward. weights_grad, when
-// given ([B, H, tq, tk]), receives the weights' whole gradient dy·Vᵀ + dweights (a retained one).
+// given ([B, H, tq, tk], distinct from dweights and dprobs), receives the weights' whole gradient
+// dy·Vᵀ + dweights (a retained one).
 void attention_backward(const float* q, const float* k, const float* v, const float* probs, const float* dy,
                         const float* dweights, float* dprobs, float* dq, float* dk, float* dv, bool accumulate_q,
                         bool accumulate_k, bool accumulate_v, const AttentionDims& m, const AttentionMasking& mk,

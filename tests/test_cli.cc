@@ -220,6 +220,7 @@ TEST_CASE("resume: losses loss.csv lacks are nan, numbering kept, a bare checkpo
     const std::string three = full_losses[0] + "\n" + full_losses[1] + "\n" + full_losses[2] + "\n" + full_losses[3] + "\n";
     if (name == "short") std::ofstream(copy / "loss.csv") << three;
     else if (name == "cut") std::ofstream(copy / "loss.csv") << three << "4,";
+    else if (name == "header") std::ofstream(copy / "loss.csv") << "step,loss";
     else if (name == "cut-number") std::ofstream(copy / "loss.csv") << three << full_losses[4].substr(0, full_losses[4].size() - 1);
     else fs::remove(copy / name);
     return copy;
@@ -258,6 +259,11 @@ TEST_CASE("resume: losses loss.csv lacks are nan, numbering kept, a bare checkpo
           std::string::npos);
     check_losses(dir / ("out-no-" + std::string(cut)), 4);
   }
+  // The header alone, even without its newline: no losses (all ten nan), not an error.
+  const Result h = attnkit(resume(copy_without("header")), dir);
+  REQUIRE(h.code == 0);
+  CHECK(h.err.find("loss.csv: has 0 of the checkpoint's 10 steps") != std::string::npos);
+  check_losses(dir / "out-no-header", 1);
 
   // A bare checkpoint (the file alone, as README's "rebuild the model from it alone" allows).
   fs::create_directories(dir / "bare");

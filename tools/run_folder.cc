@@ -491,7 +491,9 @@ std::vector<float> read_loss_csv(const std::string& path) {
     pos = end + 1;
     return true;
   };
-  if (!next_line(&line) || line != "step,loss") throw FileError(path + ": line 1 is not 'step,loss'");
+  const std::string header = "step,loss";
+  if (bytes.size() == header.size() && std::equal(header.begin(), header.end(), bytes.begin())) return losses;
+  if (!next_line(&line) || line != header) throw FileError(path + ": line 1 is not 'step,loss'");
   for (int64_t n = 2; next_line(&line); ++n) {
     const size_t comma = line.find(',');
     char* end = nullptr;

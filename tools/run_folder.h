@@ -103,13 +103,14 @@ render::RunPictures run_pictures(const RunContents& contents, const std::string&
 bool draw_pictures(const RunContents& contents, const std::string& dir, std::vector<std::string>* written,
                    std::string* error, const render::RunRenderOptions& options = {}, std::string* skipped = nullptr);
 
-// "step,loss" lines, steps counted from 1.
 // The first of attnkit's run files (model.safetensors, meta.json, attention.npy, metrics.json)
 // found in dir, or "" (none, or no such folder).
 std::string run_file_in(const std::string& dir);
 
+// "step,loss" lines, steps counted from 1, each ending in '\n'.
 void write_loss_csv(const std::string& path, const std::vector<float>& losses);
-// The losses of a loss.csv, in order; throws FileError naming the line.
+// The losses of a loss.csv, in order; throws FileError naming the line. A last line without its
+// '\n' was cut short and is left out (the header alone may lack it: no losses).
 std::vector<float> read_loss_csv(const std::string& path);
 
 void write_json(const std::string& path, const nlohmann::json& j);

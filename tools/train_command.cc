@@ -246,9 +246,12 @@ int run_train(const TrainArgs& a, Collective* group) {
 
   TaskData data;
   if (!resume_checkpoint.empty() && !a.has("data") && !options.data_path.empty() && !fs::exists(options.data_path))
-    throw FileError(resume_checkpoint + " trained on --data " + options.data_path +
-                    " (the path as given then), which is not there from this folder: give --data PATH to the same "
-                    "arrays (their fingerprint is checked)");
+    throw FileError(resume_checkpoint + " trained on --data " + options.data_path + " (the path as given then), " +
+                    (fs::path(options.data_path).is_relative() ? "which is not there from this folder"
+                                                               : "which is not there any more") +
+                    ": give --data PATH to the same arrays" +
+                    (options.data_fingerprint.empty() ? " (this older checkpoint has no fingerprint to check them by)"
+                                                      : " (their fingerprint is checked)"));
   if (!options.data_path.empty()) {
     data = load_task_data(options.data_path, config,
                           resume_checkpoint.empty() ? "the model" : "the checkpoint " + resume_checkpoint);
@@ -293,7 +296,8 @@ int run_train(const TrainArgs& a, Collective* group) {
     }
   }
 
-  if (lead) {  // snapshot steps the run never reaches: said, not dropped without a word
+  if (lead && a.has("snapshot-steps")) {  // steps asked for (not the lesson's defaults past a short
+    // run's end) that the run never reaches: said, not dropped without a word
     const int64_t last = options.training.epochs * trainer.batches_per_epoch();
     std::string past;
     for (int64_t s : options.training.snapshot_steps)
