@@ -53,6 +53,8 @@ def main():
     args = ap.parse_args()
     if args.rounds < 1:
         fail("--rounds must be at least 1")
+    if args.out:
+        gbench_json.check_out_path("ab", "--out", args.out)
     programs = {"A": args.a, "B": args.b or args.a}
     for side, path in programs.items():
         if not os.access(path, os.X_OK):

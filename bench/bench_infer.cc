@@ -30,6 +30,7 @@ namespace {
 
 using namespace attnkit;
 
+using bench::parse_int_list;
 using bench::split;
 using bench::take_flag;
 
@@ -88,13 +89,27 @@ int main(int argc, char** argv) {
     } else if (take_flag(argc, argv, i, "--models", &v)) {
       models = split(v);
     } else if (take_flag(argc, argv, i, "--batches", &v)) {
-      batches.clear();
-      for (const auto& b : split(v)) batches.push_back(std::stoll(b));
+      if (!parse_int_list(v, 1, 100000, &batches)) {
+        std::fprintf(stderr, "bench_infer: --batches must be a comma-separated list of sizes in [1, 100000], got '%s'\n",
+                     v.c_str());
+        return 2;
+      }
     } else if (take_flag(argc, argv, i, "--threads", &v)) {
-      threads.clear();
-      for (const auto& t : split(v)) threads.push_back(std::stoi(t));
+      if (!parse_int_list(v, 1, 256, &threads)) {
+        std::fprintf(stderr, "bench_infer: --threads must be a comma-separated list of counts in [1, 256], got '%s'\n",
+                     v.c_str());
+        return 2;
+      }
     } else {
       ++i;
+    }
+  }
+  for (const auto& task : models) {
+    try {
+      (void)lesson_config(task);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "bench_infer: --models: %s\n", e.what());
+      return 2;
     }
   }
   for (const auto& task : models)

@@ -206,8 +206,16 @@ void BM_TrainStep(benchmark::State& state, std::string task, int threads, int64_
   state.SetLabel(label.str());
 }
 
+using bench::parse_int_list;
+using bench::parse_switch;
 using bench::split;
 using bench::take_flag;
+
+// A 0/1 flag given something else: a usage error (exit 2).
+int bad_switch(const char* flag, const std::string& value) {
+  std::fprintf(stderr, "bench_train_step: %s must be 0 or 1, got '%s'\n", flag, value.c_str());
+  return 2;
+}
 
 }  // namespace
 
@@ -227,9 +235,9 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (take_flag(argc, argv, i, "--adaptive", &v)) {
-      g_adaptive = v != "0";
+      if (!parse_switch(v, &g_adaptive)) return bad_switch("--adaptive", v);
     } else if (take_flag(argc, argv, i, "--fold", &v)) {
-      g_fold = v != "0";
+      if (!parse_switch(v, &g_fold)) return bad_switch("--fold", v);
     } else if (take_flag(argc, argv, i, "--precision", &v)) {
       try {
         g_precision = parse_precision(v);
@@ -251,11 +259,13 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (take_flag(argc, argv, i, "--pack-cache", &v)) {
-      set_bf16_pack_cache(v != "0");
+      bool on = true;
+      if (!parse_switch(v, &on)) return bad_switch("--pack-cache", v);
+      set_bf16_pack_cache(on);
     } else if (take_flag(argc, argv, i, "--fuse", &v)) {
-      g_fuse = v != "0";
+      if (!parse_switch(v, &g_fuse)) return bad_switch("--fuse", v);
     } else if (take_flag(argc, argv, i, "--index-values", &v)) {
-      g_index_values = v != "0";
+      if (!parse_switch(v, &g_index_values)) return bad_switch("--index-values", v);
     } else if (take_flag(argc, argv, i, "--profile", &v)) {
       profile_steps = std::atoi(v.c_str());
       if (profile_steps <= 0) {
@@ -265,8 +275,11 @@ int main(int argc, char** argv) {
     } else if (take_flag(argc, argv, i, "--models", &v)) {
       models = split(v);
     } else if (take_flag(argc, argv, i, "--threads", &v)) {
-      thread_counts.clear();
-      for (const auto& t : split(v)) thread_counts.push_back(std::atoi(t.c_str()));
+      if (!parse_int_list(v, 1, 256, &thread_counts)) {
+        std::fprintf(stderr, "bench_train_step: --threads must be a comma-separated list of counts in [1, 256], got '%s'\n",
+                     v.c_str());
+        return 2;
+      }
     } else {
       ++i;
     }

@@ -42,9 +42,18 @@ and bf16, the precisions' order swapped every other round) and adds a table of t
 speed-ups of each, every ratio taken within one round. The header then names PyTorch's
 oneDNN and ATen CPU capability.
 
+--pytorch-malloc tuned (the default) runs PyTorch's children with glibc malloc told to keep
+freed memory (MALLOC_MMAP_THRESHOLD_ = MALLOC_TRIM_THRESHOLD_ = 4 GiB, unless the environment
+sets them): with glibc's defaults each large activation is an mmap and munmap, so PyTorch
+spends much of a step in page faults (neighbor-sum inference at batch 500 on the Zen 5: 14 000
+sequences/s against 140 000 tuned; PyTorch's own tuning guide suggests a caching allocator such
+as jemalloc for the same reason). attnkit allocates nothing per step, so it is unaffected.
+--pytorch-malloc default measures PyTorch as glibc leaves it. The header names the setting.
+
 --json PATH also writes the table for programs (bench/target_report.py reads it): an object
 with "mode" ("train" or "infer"), "torch_version", "openblas", "attnkit" (the benchmark
-binary's path), "windows", "seconds", "large_windows", "large_seconds", "rounds" and "rows", one object per printed row: "model", "threads",
+binary's path), "windows", "seconds", "large_windows", "large_seconds", "rounds",
+"pytorch_malloc" and "rows", one object per printed row: "model", "threads",
 "batch", ("precision" when training), PyTorch's and attnkit's steps/s (training:
 "pytorch_steps_per_s", "attnkit_steps_per_s") or sequences/s (--infer: "pytorch_seqs_per_s",
 "attnkit_seqs_per_s"), "ratio" (the median of "ratios", the per-round ratios; null when
@@ -109,13 +118,7 @@ def die(msg):
 
 def check_json_path(path):
     """Refuses, before any measurement, a --json PATH that could not be written."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        die("--json %s: is a folder, not a file" % path)
-    if not os.path.isdir(folder):
-        die("--json %s: folder %s does not exist" % (path, folder))
-    if not os.access(folder, os.W_OK):
-        die("--json %s: folder %s is not writable" % (path, folder))
+    gbench_json.check_out_path("compare_pytorch", "--json", path)
 
 
 def write_json(path, doc):
@@ -130,7 +133,7 @@ def json_head(mode, args, info, binary):
     return dict(mode=mode, torch_version=info["torch_version"], openblas=info["openblas"],
                 attnkit=binary, windows=args.windows, seconds=args.seconds,
                 large_windows=args.large_windows, large_seconds=args.large_seconds,
-                rounds=max(1, args.rounds))
+                rounds=max(1, args.rounds), pytorch_malloc=args.pytorch_malloc)
 
 
 # ----------------------------------------------------------------------------- PyTorch side
@@ -300,12 +303,35 @@ def onednn_line(info):
         "is False)", info.get("cpu_capability") or "unknown")
 
 
-def run_torch(args, threads, precisions=("f32",)):
-    """One child measuring args.models at `threads`, each in each of precisions, in that
-    order."""
+# glibc malloc settings that keep freed memory for reuse (see --pytorch-malloc).
+TUNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "4294967296"}
+
+
+def torch_env(threads, malloc="tuned"):
+    """The environment of a PyTorch child: thread pools pinned to `threads`, and with malloc
+    "tuned" TUNED_MALLOC where the environment does not set those variables itself."""
     env = dict(os.environ)
     env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
                MKL_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
+    if malloc == "tuned":
+        for name, value in TUNED_MALLOC.items():
+            env.setdefault(name, value)
+    return env
+
+
+def malloc_line(malloc):
+    """How PyTorch's children ran glibc malloc, for the tables' headers."""
+    set_here = ", ".join("%s=%s" % (n, os.environ[n]) for n in TUNED_MALLOC if n in os.environ)
+    if malloc == "tuned":
+        return "PyTorch's malloc: freed memory kept (%s)" % ", ".join(
+            "%s=%s" % (n, os.environ.get(n, v)) for n, v in TUNED_MALLOC.items())
+    return "PyTorch's malloc: glibc's defaults" + (" (environment: %s)" % set_here if set_here else "")
+
+
+def run_torch(args, threads, precisions=("f32",)):
+    """One child measuring args.models at `threads`, each in each of precisions, in that
+    order."""
+    env = torch_env(threads, args.pytorch_malloc)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker-threads", str(threads),
            "--models", *args.models, "--seconds", str(args.seconds),
            "--windows", str(args.windows), "--large-seconds", str(args.large_seconds),
@@ -441,6 +467,7 @@ def infer_main(args):
     print("PyTorch %s (openblas %s) under torch.inference_mode(), attnkit %s" %
           (info["torch_version"], info["openblas"], binary))
     print(openblas_kernels_line(info))
+    print(malloc_line(args.pytorch_malloc))
     hdr = "%-14s %7s %6s %14s %14s %12s %12s %8s" % ("model", "threads", "batch", "PyTorch seq/s",
                                                     "attnkit seq/s", "PyTorch us", "attnkit us", "ratio")
     print(hdr)
@@ -487,6 +514,9 @@ def main():
                     help="inference instead of training: sequences/s of the forward under "
                          "torch.inference_mode() against bench_infer, per batch size")
     ap.add_argument("--infer-batches", type=int, nargs="+", default=[1, 500, 10000])
+    ap.add_argument("--pytorch-malloc", choices=["tuned", "default"], default="tuned",
+                    help="PyTorch's children with glibc malloc keeping freed memory (tuned, the "
+                         "default: no mmap/munmap page faults per step) or as glibc leaves it")
     ap.add_argument("--json", metavar="PATH", default=None,
                     help="also write the table as JSON to PATH (whole or not at all)")
     ap.add_argument("--seq-len", type=int, default=0, help=argparse.SUPPRESS)  # bench/token_cost.py
@@ -498,6 +528,17 @@ def main():
     if args.worker_threads:
         torch_worker(args)
         return
+    for name in ("seconds", "large_seconds"):
+        if not getattr(args, name) > 0:
+            ap.error("--%s must be > 0, got %s" % (name.replace("_", "-"), getattr(args, name)))
+    for name in ("windows", "large_windows", "rounds"):
+        if getattr(args, name) < 1:
+            ap.error("--%s must be at least 1, got %d" % (name.replace("_", "-"), getattr(args, name)))
+    for flag, values in (("--threads", args.threads), ("--infer-batches", args.infer_batches)):
+        if any(v < 1 for v in values):
+            ap.error("%s must be at least 1, got %s" % (flag, " ".join(map(str, values))))
+    if args.batch < 0:
+        ap.error("--batch must be at least 1 (0: the lessons' batch sizes), got %d" % args.batch)
 
     if args.json:
         check_json_path(args.json)
@@ -548,6 +589,7 @@ def main():
     print("PyTorch %s (openblas %s), attnkit %s" % (info["torch_version"], info["openblas"],
                                                      binary))
     print(openblas_kernels_line(info))
+    print(malloc_line(args.pytorch_malloc))
     if mixed:
         print(onednn_line(info))
         print("bf16: PyTorch under torch.autocast('cpu', dtype=torch.bfloat16) for forward and "

@@ -56,6 +56,18 @@ def write_whole(path, text):
             os.unlink(tmp)
 
 
+def check_out_path(who, flag, path):
+    """Exits 2 naming `flag` when path could not be written (a folder, a missing or read-only
+    folder): called before anything is measured, so a long run is not lost at its end."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        fail(who, f"{flag} {path}: is a folder, not a file")
+    if not os.path.isdir(folder):
+        fail(who, f"{flag} {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        fail(who, f"{flag} {path}: folder {folder} is not writable")
+
+
 def bench_env(overrides=None):
     """This process's environment for a benchmark run: OPENBLAS_CORETYPE removed (OpenBLAS on
     its own pick for the CPU), then overrides (name: value, or None to remove the name)."""

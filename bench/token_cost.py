@@ -9,7 +9,8 @@ attnkit: the command-line trainer itself, `attnkit train TASK --seq-len T --epoc
 training steps only, not data generation, evaluation or saving); steps = max(3, 4096 / T),
 so every run has at least 3 steps and short sequences several hundred.
 PyTorch: bench/compare_pytorch.py's model of the same task at the same T and V (its worker,
-one thread pool pinned to --threads), median of timed windows.
+one thread pool pinned to --threads, glibc malloc as its --pytorch-malloc says), median of
+timed windows.
 Cost per token = seconds per step / (batch * T). Rounds alternate attnkit and PyTorch; the
 table shows medians over rounds and the median of the per-round ratios.
 """
@@ -23,6 +24,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from compare_pytorch import malloc_line, torch_env  # noqa: E402  PyTorch's child environment
 
 
 def attnkit_cost(binary, task, T, batch, threads):
@@ -39,9 +42,8 @@ def attnkit_cost(binary, task, T, batch, threads):
     return m["train_seconds"] / m["steps_this_run"] / (batch * T)
 
 
-def torch_cost(task, T, batch, threads):
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
-               MKL_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
+def torch_cost(task, T, batch, threads, malloc):
+    env = torch_env(threads, malloc)
     seconds = 2.0 if T <= 256 else 6.0
     cmd = [sys.executable, os.path.join(HERE, "compare_pytorch.py"), "--worker-threads", str(threads),
            "--models", task, "--seq-len", str(T), "--batch", str(batch), "--seconds", str(seconds),
@@ -59,18 +61,21 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--attnkit", default=os.path.join(ROOT, "build/release/tools/attnkit"))
+    ap.add_argument("--pytorch-malloc", choices=["tuned", "default"], default="tuned",
+                    help="as compare_pytorch.py's: glibc malloc keeping freed memory (default) or not")
     args = ap.parse_args()
     if not os.access(args.attnkit, os.X_OK):
         sys.exit("token_cost: %s is not built (tools/test.sh release builds it)" % args.attnkit)
     print("%s, batch %d, %d thread(s), %d rounds; µs per token of a training step" %
           (args.task, args.batch, args.threads, args.rounds))
+    print(malloc_line(args.pytorch_malloc))
     print("%6s %12s %12s %8s" % ("T", "attnkit µs", "PyTorch µs", "ratio"))
     version = None
     for T in args.seq_lens:
         ak, pt, ratios = [], [], []
         for _ in range(args.rounds):
             a = attnkit_cost(args.attnkit, args.task, T, args.batch, args.threads)
-            p, version = torch_cost(args.task, T, args.batch, args.threads)
+            p, version = torch_cost(args.task, T, args.batch, args.threads, args.pytorch_malloc)
             ak.append(a), pt.append(p), ratios.append(p / a)
         print("%6d %12.2f %12.2f %7.2fx" % (T, statistics.median(ak) * 1e6, statistics.median(pt) * 1e6,
                                           statistics.median(ratios)), flush=True)

@@ -66,6 +66,12 @@ def main():
         p = run(["--json", bad, "--attnkit-bench", bench])
         if p.returncode != 2 or "no-such-folder" not in p.stderr or os.path.exists(bad):
             fail("bad --json path: exit %d, stderr %r" % (p.returncode, p.stderr))
+        for flags, said in ((["--windows", "0"], "--windows must be at least 1"),
+                            (["--threads", "0"], "--threads must be at least 1"),
+                            (["--seconds", "0"], "--seconds must be > 0")):
+            p = run(flags + ["--attnkit-bench", bench])
+            if p.returncode != 2 or said not in p.stderr:
+                fail("%s: exit %d, stderr %r" % (" ".join(flags), p.returncode, p.stderr))
 
         if not os.access(PYTHON, os.X_OK) or subprocess.run(
                 [PYTHON, "-c", "import torch"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
@@ -82,6 +88,9 @@ def main():
         check_rows(doc, "train", ["duplicates", "reversal"], "steps_per_s")
         if any(r["precision"] != "f32" for r in doc["rows"]):
             fail("training rows not f32")
+        if doc.get("pytorch_malloc") != "tuned" or "PyTorch's malloc: freed memory kept" not in p.stdout:
+            fail("the default PyTorch malloc setting is not named 'tuned' in the JSON and the header: %r"
+                 % doc.get("pytorch_malloc"))
         if [n for n in os.listdir(tmp) if ".tmp." in n]:
             fail("a temporary file was left beside the JSON")
 
