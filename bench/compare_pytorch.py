@@ -4,6 +4,7 @@
     /usr/bin/python3 bench/compare_pytorch.py [--threads 1 2] [--models neighbor-sum ...]
         [--seconds 3] [--windows 5] [--large-seconds 8] [--large-windows 3] [--batch N]
         [--rounds R] [--precision f32|bf16|both] [--attnkit-bench PATH] [--json PATH]
+        [--pytorch-malloc tuned|default]
 
 PyTorch: the same architectures as models/lessons.cc (tok[+pos] Embedding D=32, multi-head
 attention with separate q, k, v, o Linear(D, D)+bias, out = head(h + attn(h))), Adam with the
