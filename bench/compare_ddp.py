@@ -30,7 +30,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from compare_pytorch import LESSONS, TUNED_MALLOC  # noqa: E402  the models' sizes and training settings
+import compare_pytorch  # noqa: E402
+from compare_pytorch import LESSONS  # noqa: E402  the models' sizes and training settings
 
 
 def die(msg):
@@ -39,11 +40,7 @@ def die(msg):
 
 
 def torch_env(threads):
-    env = dict(os.environ)
-    env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
-    for name, value in TUNED_MALLOC.items():  # freed memory kept, as compare_pytorch.py's default
-        env.setdefault(name, value)
-    return env
+    return compare_pytorch.torch_env(threads)  # pools pinned, malloc keeping freed memory
 
 
 def torch_worker(args):

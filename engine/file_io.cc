@@ -68,31 +68,39 @@ std::string temporary_prefix(const std::string& path) {
 
 }  // namespace
 
-std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes) {
+// Opens path for reading, refusing anything but a regular file; its size into *size. The
+// caller closes the descriptor.
+static int open_regular(const std::string& path, uint64_t* size) {
   // O_NONBLOCK: opening a FIFO for reading must not wait for a writer before the check below.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) throw FileError(path + ": cannot open: " + errno_text(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw FileError(path + ": cannot stat: " + errno_text(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw FileError(path + ": not a regular file");
+  }
+  *size = static_cast<uint64_t>(st.st_size);
+  return fd;
+}
+
+std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes) {
+  uint64_t size = 0;
+  const int fd = open_regular(path, &size);
+  if (size > max_bytes) {
+    ::close(fd);
+    throw FileError(path + ": file is " + std::to_string(size) + " bytes, more than the limit of " +
+                    std::to_string(max_bytes) + " bytes");
+  }
   std::FILE* f = ::fdopen(fd, "rb");
   if (!f) {
     const int err = errno;
     ::close(fd);
     throw FileError(path + ": cannot open: " + errno_text(err));
-  }
-  struct stat st {};
-  if (::fstat(::fileno(f), &st) != 0) {
-    int err = errno;
-    std::fclose(f);
-    throw FileError(path + ": cannot stat: " + errno_text(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    std::fclose(f);
-    throw FileError(path + ": not a regular file");
-  }
-  uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (size > max_bytes) {
-    std::fclose(f);
-    throw FileError(path + ": file is " + std::to_string(size) + " bytes, more than the limit of " +
-                    std::to_string(max_bytes) + " bytes");
   }
   std::vector<uint8_t> bytes(size);
   size_t got = size ? std::fread(bytes.data(), 1, size, f) : 0;
@@ -107,19 +115,8 @@ std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes) {
 }
 
 std::vector<uint8_t> read_file_range(const std::string& path, uint64_t offset, uint64_t count, uint64_t* file_size) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) throw FileError(path + ": cannot open: " + errno_text(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw FileError(path + ": cannot stat: " + errno_text(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw FileError(path + ": not a regular file");
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  uint64_t size = 0;
+  const int fd = open_regular(path, &size);
   if (file_size) *file_size = size;
   const uint64_t n = offset >= size ? 0 : std::min(count, size - offset);
   std::vector<uint8_t> bytes;
