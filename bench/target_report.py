@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """One thread on this CPU: attnkit's best SIMD target against the same binary forced to a lower
-one, and both against OpenBLAS in the same processes — the figures a new kind of CPU owes the
-README (the lesson models' products, softmax and cross-entropy, whole training steps, and
+one, and both against OpenBLAS in the same processes — the figures a new kind of CPU owes
+bench/RESULTS.md and the README's headline table (the lesson models' products, softmax and cross-entropy, whole training steps, and
 optionally the lessons against PyTorch).
 
     /usr/bin/python3 bench/target_report.py [--build build/release] [--vs AVX2] [--rounds 3]
