@@ -653,6 +653,84 @@ TEST_CASE("demos print lesson 000's numbers") {
   numpy("w = np.load(d + '/w.npy'); assert w.shape == (5, 7) and abs(w[2, 3] - 0.88) < 1e-6", dir);
 }
 
+TEST_CASE("demo attention and demo masks on the lesson's own numpy arrays print the lesson's numbers") {
+  const fs::path dir = scratch("demo_arrays");
+  // The lesson's code (float64 arrays, numpy's generator), its printout kept for comparison.
+  const std::string expected = numpy(R"(
+rng = np.random.default_rng(0)
+Q, K, V = rng.normal(size=(3, 8)), rng.normal(size=(5, 8)), rng.normal(size=(5, 4))
+for name, x in (('Q', Q), ('K', K), ('V', V)): np.save(d + '/' + name + '.npy', x)
+def attend(Q, K, V, mask=None):
+    s = Q @ K.T / np.sqrt(K.shape[1])
+    if mask is not None: s = np.where(mask, -1e9, s)
+    w = np.exp(s - s.max(axis=1, keepdims=True)); w /= w.sum(axis=1, keepdims=True)
+    return w @ V, w
+out, w = attend(Q, K, V)
+print("веса:", w.shape, "\n", w.round(2))
+print("суммы строк:", w.sum(axis=1).round(6))
+print("выход:", out.shape, "\n", out.round(2))
+rng = np.random.default_rng(1)
+Q4, K4 = rng.normal(size=(4, 8)), rng.normal(size=(4, 8))
+np.save(d + '/Q4.npy', Q4); np.save(d + '/K4.npy', K4)
+np.save(d + '/pad.npy', np.array([False, False, False, True]))
+np.save(d + '/causal.npy', np.triu(np.ones((4, 4), bool), k=1))
+_, w = attend(Q4, K4, np.eye(4), np.tile(np.array([False, False, False, True]), (4, 1)))
+print("маска паддинга:\n", w.round(2))
+_, w = attend(Q4, K4, np.eye(4), np.triu(np.ones((4, 4), bool), k=1))
+print("причинная маска (нельзя смотреть вперёд):\n", w.round(2))
+)", dir);
+  const size_t split = expected.find("маска паддинга");
+  const auto f = [&](const std::string& name) { return "'" + (dir / name).string() + "'"; };
+  REQUIRE(split != std::string::npos);
+  const std::string files = "--q " + f("Q.npy") + " --k " + f("K.npy") + " --v " + f("V.npy");
+  const Result attention = attnkit("demo attention " + files + " --out " + f("w.npy"), dir);
+  REQUIRE(attention.code == 0);
+  CHECK(attention.out.find(expected.substr(0, split)) == 0);  // no "random" note: the user's arrays
+  numpy(R"(
+Q, K = np.load(d + '/Q.npy'), np.load(d + '/K.npy')
+s = Q @ K.T / np.sqrt(8); w = np.exp(s - s.max(axis=1, keepdims=True)); w /= w.sum(axis=1, keepdims=True)
+r = np.load(d + '/w.npy')
+assert r.dtype == np.float32 and r.shape == (3, 5) and np.allclose(r, w, atol=1e-6), r
+)", dir);
+  const Result masks = attnkit("demo masks --q " + f("Q4.npy") + " --k " + f("K4.npy"), dir);
+  REQUIRE(masks.code == 0);
+  CHECK(masks.out == expected.substr(split));
+  // The same masks as demo attention's --mask (one row, or [m, n]) and --causal.
+  const std::string eye = (numpy("np.save(d + '/I.npy', np.eye(4, dtype=np.float32))", dir), "--v " + f("I.npy"));
+  const std::string padded = expected.substr(split, expected.find("причинная") - split);
+  const Result pad = attnkit("demo attention --q " + f("Q4.npy") + " --k " + f("K4.npy") + " " + eye + " --mask " + f("pad.npy"), dir);
+  REQUIRE(pad.code == 0);
+  CHECK(pad.out.find(padded.substr(padded.find('\n') + 1)) != std::string::npos);
+  const Result causal = attnkit("demo attention --q " + f("Q4.npy") + " --k " + f("K4.npy") + " " + eye + " --causal", dir);
+  const Result causal_mask = attnkit("demo attention --q " + f("Q4.npy") + " --k " + f("K4.npy") + " " + eye + " --mask " + f("causal.npy"), dir);
+  REQUIRE(causal.code == 0);
+  CHECK(causal.out == causal_mask.out);
+  const std::string causal_rows = expected.substr(expected.find("причинная"));
+  CHECK(causal.out.find(causal_rows.substr(causal_rows.find('\n') + 1)) != std::string::npos);
+
+  // Without arrays: the lesson's sizes, random, and said so.
+  const Result random = attnkit("demo attention", dir);
+  REQUIRE(random.code == 0);
+  CHECK(random.out.find("random Q, K, V") != std::string::npos);
+  CHECK(random.out.find("веса: (3, 5)") != std::string::npos);
+  CHECK(random.out.find("суммы строк: [1. 1. 1.]") != std::string::npos);
+  CHECK(random.out.find("выход: (3, 4)") != std::string::npos);
+
+  // Bad arrays and flags: named, nothing written.
+  expect_usage_error("demo attention --q " + f("Q.npy") + " --k " + f("K.npy"), "give --q, --k and --v together", dir);
+  expect_runtime_error("demo attention --q " + f("Q.npy") + " --k " + f("Q4.npy") + " --v " + f("V.npy"), "V.npy has 5 rows, --k ", dir);
+  expect_runtime_error("demo attention " + files + " --mask " + f("pad.npy"), "pad.npy: expected shape (3, 5)", dir);
+  numpy("np.save(d + '/fmask.npy', np.zeros((3, 5)))", dir);
+  expect_runtime_error("demo attention " + files + " --mask " + f("fmask.npy"), "expected booleans or integers", dir);
+  numpy("np.save(d + '/flat.npy', np.zeros(8))", dir);
+  expect_runtime_error("demo attention --q " + f("flat.npy") + " --k " + f("K.npy") + " --v " + f("V.npy"), "flat.npy: expected a 2-d array", dir);
+  expect_runtime_error("demo masks --q " + f("Q.npy") + " --k " + f("K4.npy"), "self-attention needs the same shape", dir);
+  expect_usage_error("demo masks --q " + f("Q4.npy"), "give --q and --k together", dir);
+  expect_usage_error("demo lookup --causal", "only for 'demo attention'", dir);
+  expect_usage_error("demo masks --out " + f("m.npy"), "--out is only for", dir);
+  CHECK_FALSE(fs::exists(dir / "m.npy"));
+}
+
 TEST_CASE("a huge lr stops with one error line naming the step and tensor, earlier run files unchanged") {
   const fs::path dir = scratch("numeric");
   const std::string run = (dir / "run").string();

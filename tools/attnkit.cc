@@ -73,7 +73,7 @@ int run_command(const attnkit::cli::ParsedArgs& a, attnkit::Collective* group) {
       case Command::kEval: return run_eval(a.eval);
       case Command::kInfer: return run_infer(a.infer);
       case Command::kRollout: return run_rollout(a.rollout_in, a.rollout_out);
-      case Command::kDemo: return run_demo(a.demo_name, a.demo_out);
+      case Command::kDemo: return run_demo(a.demo);
       case Command::kRender: return run_render(a.render);
       case Command::kNone: break;
     }

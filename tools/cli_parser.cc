@@ -94,7 +94,7 @@ CLI::Validator npy_path() {
 }  // namespace
 
 const std::vector<std::string>& demo_names() {
-  static const std::vector<std::string> names = {"lookup", "scaling", "masks", "alignment"};
+  static const std::vector<std::string> names = {"lookup", "scaling", "attention", "masks", "alignment"};
   return names;
 }
 
@@ -226,10 +226,18 @@ CommandLine::CommandLine()
   rollout_cmd->add_option("--out", a.rollout_out, "Output .npy [T, T]")->required()->check(npy_path());
 
   CLI::App* demo_cmd = demo_ = app.add_subcommand("demo", "Lesson 000's demonstrations");
-  demo_cmd->add_option("name", a.demo_name, "lookup, scaling, masks or alignment")
+  demo_cmd->add_option("name", a.demo.name, "lookup, scaling, attention (many queries at once), masks or alignment")
       ->required()
       ->check(CLI::IsMember(demo_names()));
-  demo_cmd->add_option("--out", a.demo_out, "alignment: write the 5×7 weights as .npy")->check(npy_path());
+  demo_cmd->add_option("--out", a.demo.out, "attention, alignment: write the weights as .npy [queries, keys]")
+      ->check(npy_path());
+  demo_cmd->add_option("--q", a.demo.q, "attention, masks: queries .npy [m, d] (e.g. the lesson's numpy arrays)")
+      ->check(path_given());
+  demo_cmd->add_option("--k", a.demo.k, "attention, masks: keys .npy [n, d]")->check(path_given());
+  demo_cmd->add_option("--v", a.demo.v, "attention: values .npy [n, dv]")->check(path_given());
+  demo_cmd->add_option("--mask", a.demo.mask, "attention: forbidden positions .npy, bool [m, n] or [n] (true = forbidden)")
+      ->check(path_given());
+  demo_cmd->add_flag("--causal", a.demo.causal, "attention: forbid keys after the query");
 
   render_ = add_render_subcommand(app, &a.render);
 }

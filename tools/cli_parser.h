@@ -22,7 +22,7 @@ struct ParsedArgs {
   EvalArgs eval;
   InferArgs infer;
   std::string rollout_in, rollout_out;
-  std::string demo_name, demo_out;
+  DemoArgs demo;
   RenderArgs render;
 };
 

@@ -86,8 +86,14 @@ struct RenderArgs {
 CLI::App* add_render_subcommand(CLI::App& app, RenderArgs* args);  // tools/cli_parser.cc
 int run_render(const RenderArgs& args);
 
-// name: lookup, scaling, masks, alignment; out: alignment's .npy ("" = none).
-int run_demo(const std::string& name, const std::string& out);
+// attnkit demo (tools/demo_command.cc): lesson 000's demonstrations. q, k, v, mask: .npy
+// files of the user's own arrays ("" = attnkit's random ones; attention takes all, masks q
+// and k); out: the attention or alignment weights as .npy ("" = none).
+struct DemoArgs {
+  std::string name, out, q, k, v, mask;
+  bool causal = false;
+};
+int run_demo(const DemoArgs& args);
 const std::vector<std::string>& demo_names();  // tools/cli_parser.cc
 
 }  // namespace attnkit::cli

@@ -1,5 +1,6 @@
 // attnkit demo: lesson 000's demonstrations, computed by attnkit and printed the way the
 // lesson's numpy code prints them.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -7,6 +8,7 @@
 
 #include <fmt/core.h>
 
+#include "engine/error.h"
 #include "engine/executor.h"
 #include "engine/graph.h"
 #include "engine/modules.h"
@@ -14,6 +16,7 @@
 #include "engine/rng.h"
 #include "ops/softmax.h"
 #include "tools/commands.h"
+#include "tools/render/attention_array.h"
 
 namespace attnkit::cli {
 namespace {
@@ -108,30 +111,136 @@ void demo_scaling() {
   }
 }
 
-// Padding and causal masks through the engine's scaled_dot_product_attention (−1e9 fill).
-void demo_masks() {
-  const int64_t n = 4, d = 8;
+// An array of the user's for a demo: a 2-d .npy of numbers, as float32.
+struct Matrix {
+  std::vector<float> values;
+  int64_t rows = 0, cols = 0;
+};
+
+Matrix load_matrix(const std::string& path, const char* flag) {
+  const NpyArray a = read_npy(path);
+  if (a.shape.size() != 2 || a.shape[0] < 1 || a.shape[1] < 1)
+    throw FileError(fmt::format("{} {}: expected a 2-d array [rows, columns], got shape {}", flag, path,
+                                 render::shape_string(a.shape)));
+  return {to_float32(a, path), a.shape[0], a.shape[1]};
+}
+
+Matrix random_matrix(Rng& rng, int64_t rows, int64_t cols) {
+  Matrix m{std::vector<float>(static_cast<size_t>(rows * cols)), rows, cols};
+  for (float& x : m.values) x = static_cast<float>(rng.normal());
+  return m;
+}
+
+std::string shape_pair(int64_t a, int64_t b) { return fmt::format("({}, {})", a, b); }
+
+// softmax(Q·Kᵀ/√d, forbidden := −1e9)·V through the engine's scaled_dot_product_attention.
+struct Attended {
+  std::vector<float> out, weights;
+};
+
+Attended attend(const Matrix& q, const Matrix& k, const Matrix& v, const std::vector<uint8_t>& mask, bool causal) {
+  const int64_t m = q.rows, n = k.rows, d = q.cols, dv = v.cols;
   Graph g(1);
-  Tensor q = g.input("Q", {n, d}, DType::kF32), k = g.input("K", {n, d}, DType::kF32);
-  Tensor v = g.input("V", {n, n}, DType::kF32), mask = g.input("mask", {n, n}, DType::kU8);
-  Attention padded = scaled_dot_product_attention(q, k, v, mask);
-  Attention causal = scaled_dot_product_attention(q, k, v, {}, /*causal=*/true);
-  g.keep(padded.weights);
-  g.keep(causal.weights);
+  Tensor tq = g.input("Q", {m, d}, DType::kF32), tk = g.input("K", {n, d}, DType::kF32);
+  Tensor tv = g.input("V", {n, dv}, DType::kF32);
+  Tensor tmask = mask.empty() ? Tensor{} : g.input("mask", {m, n}, DType::kU8);
+  Attention a = scaled_dot_product_attention(tq, tk, tv, tmask, causal);
+  g.keep(a.out);
+  g.keep(a.weights);
   Executor ex(g);
-  Rng rng(1);
-  for (Tensor t : {q, k})
-    for (int64_t i = 0; i < n * d; ++i) ex.f32(t.id())[i] = static_cast<float>(rng.normal());
-  for (int64_t i = 0; i < n * n; ++i) ex.f32(v.id())[i] = i / n == i % n ? 1.0f : 0.0f;
-  for (int64_t i = 0; i < n * n; ++i) ex.u8(mask.id())[i] = i % n == n - 1;  // the last token is padding
+  std::copy(q.values.begin(), q.values.end(), ex.f32(tq.id()));
+  std::copy(k.values.begin(), k.values.end(), ex.f32(tk.id()));
+  std::copy(v.values.begin(), v.values.end(), ex.f32(tv.id()));
+  if (!mask.empty()) std::copy(mask.begin(), mask.end(), ex.u8(tmask.id()));
   ex.forward();
-  auto weights = [&](const Attention& a) {
-    const float* w = ex.f32(a.weights.id());
-    return numpy_str(std::vector<double>(w, w + n * n), n, n, 2);
-  };
-  fmt::print("(random Q, K from attnkit's generator: the numbers differ from numpy's; the zeros are the point)\n");
-  fmt::print("маска паддинга:\n {}\n", weights(padded));
-  fmt::print("причинная маска (нельзя смотреть вперёд):\n {}\n", weights(causal));
+  const float *o = ex.f32(a.out.id()), *w = ex.f32(a.weights.id());
+  return {std::vector<float>(o, o + m * dv), std::vector<float>(w, w + m * n)};
+}
+
+std::string rounded(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  return numpy_str(std::vector<double>(x.begin(), x.end()), rows, cols, 2);
+}
+
+// Many queries at once (the lesson's "matrix form"): Q [m, d], K [n, d], V [n, dv], the
+// weights [m, n] (rows sum to 1) and the output [m, dv]; the user's arrays or random ones.
+void demo_attention(const DemoArgs& args) {
+  const int given = !args.q.empty() + !args.k.empty() + !args.v.empty();
+  if (given != 0 && given != 3)
+    throw UsageError("demo attention: give --q, --k and --v together (or none of them for random ones)");
+  Matrix q, k, v;
+  if (given == 3) {
+    q = load_matrix(args.q, "--q");
+    k = load_matrix(args.k, "--k");
+    v = load_matrix(args.v, "--v");
+    if (k.cols != q.cols)
+      throw FileError(fmt::format("demo attention: --k {} has {} columns, --q {} has {}: queries and keys need the "
+                                   "same size d",
+                                   args.k, k.cols, args.q, q.cols));
+    if (v.rows != k.rows)
+      throw FileError(fmt::format("demo attention: --v {} has {} rows, --k {} has {}: one value per key", args.v,
+                                   v.rows, args.k, k.rows));
+  } else {
+    Rng rng(0);  // the lesson's sizes: 3 queries, 5 keys of size 8, values of size 4
+    q = random_matrix(rng, 3, 8);
+    k = random_matrix(rng, 5, 8);
+    v = random_matrix(rng, 5, 4);
+    fmt::print("(random Q, K, V from attnkit's generator: the numbers differ from numpy's; the lesson's own arrays "
+               "go in with --q Q.npy --k K.npy --v V.npy)\n");
+  }
+  const int64_t m = q.rows, n = k.rows;
+  std::vector<uint8_t> mask;
+  if (!args.mask.empty()) {
+    const NpyArray a = read_npy(args.mask);
+    const bool row = a.shape.size() == 1 && a.shape[0] == n;
+    if (!row && !(a.shape.size() == 2 && a.shape[0] == m && a.shape[1] == n))
+      throw FileError(fmt::format("--mask {}: expected shape ({}, {}) (queries, keys) or ({},) (one row for every "
+                                   "query), got {}",
+                                   args.mask, m, n, n, render::shape_string(a.shape)));
+    if (a.kind() == 'f' || a.kind() == 'S')
+      throw FileError(fmt::format("--mask {}: expected booleans or integers (true = forbidden), got dtype {}",
+                                   args.mask, a.descr));
+    const std::vector<int64_t> flags = to_int64(a, args.mask);
+    mask.resize(static_cast<size_t>(m * n));
+    for (int64_t i = 0; i < m * n; ++i) mask[static_cast<size_t>(i)] = flags[static_cast<size_t>(row ? i % n : i)] != 0;
+  }
+  const Attended r = attend(q, k, v, mask, args.causal);
+  std::vector<double> sums(static_cast<size_t>(m), 0.0);
+  for (int64_t i = 0; i < m * n; ++i) sums[static_cast<size_t>(i / n)] += r.weights[static_cast<size_t>(i)];
+  fmt::print("веса: {} \n {}\n", shape_pair(m, n), rounded(r.weights, m, n));
+  fmt::print("суммы строк: {}\n", numpy_str(sums, 6));
+  fmt::print("выход: {} \n {}\n", shape_pair(m, v.cols), rounded(r.out, m, v.cols));
+  if (!args.out.empty()) {
+    write_npy(args.out, r.weights.data(), {m, n});
+    fmt::print("wrote {} (float32 [{}, {}], rows = queries, columns = keys; draw it with attnkit render)\n", args.out,
+               m, n);
+  }
+}
+
+// Padding and causal masks through the engine's scaled_dot_product_attention (−1e9 fill):
+// Q, K [n, d] (the user's or random, n = 4), V = the identity, the last token padding.
+void demo_masks(const DemoArgs& args) {
+  if (args.q.empty() != args.k.empty()) throw UsageError("demo masks: give --q and --k together (or neither)");
+  Matrix q, k;
+  if (!args.q.empty()) {
+    q = load_matrix(args.q, "--q");
+    k = load_matrix(args.k, "--k");
+    if (k.rows != q.rows || k.cols != q.cols)
+      throw FileError(fmt::format("demo masks: --q {} is {} and --k {} is {}: self-attention needs the same shape",
+                                   args.q, render::shape_string({q.rows, q.cols}), args.k, render::shape_string({k.rows, k.cols})));
+  } else {
+    Rng rng(1);
+    q = random_matrix(rng, 4, 8);
+    k = random_matrix(rng, 4, 8);
+    fmt::print("(random Q, K from attnkit's generator: the numbers differ from numpy's; the zeros are the point; the "
+               "lesson's own arrays go in with --q Q.npy --k K.npy)\n");
+  }
+  const int64_t n = q.rows;
+  Matrix v{std::vector<float>(static_cast<size_t>(n * n)), n, n};
+  for (int64_t i = 0; i < n; ++i) v.values[static_cast<size_t>(i * n + i)] = 1.0f;
+  std::vector<uint8_t> pad(static_cast<size_t>(n * n));
+  for (int64_t i = 0; i < n * n; ++i) pad[static_cast<size_t>(i)] = i % n == n - 1;  // the last token is padding
+  fmt::print("маска паддинга:\n {}\n", rounded(attend(q, k, v, pad, false).weights, n, n));
+  fmt::print("причинная маска (нельзя смотреть вперёд):\n {}\n", rounded(attend(q, k, v, {}, true).weights, n, n));
 }
 
 // Translation alignment: the lesson's 5×7 weights, as a table and as links.
@@ -169,12 +278,19 @@ void demo_alignment(const std::string& out) {
 
 }  // namespace
 
-int run_demo(const std::string& name, const std::string& out) {
-  if (!out.empty() && name != "alignment") throw UsageError("--out is only for 'demo alignment'");
+int run_demo(const DemoArgs& args) {
+  const std::string& name = args.name;
+  if (!args.out.empty() && name != "alignment" && name != "attention")
+    throw UsageError("--out is only for 'demo attention' and 'demo alignment'");
+  if ((!args.q.empty() || !args.k.empty()) && name != "attention" && name != "masks")
+    throw UsageError("--q and --k are only for 'demo attention' and 'demo masks'");
+  if ((!args.v.empty() || !args.mask.empty() || args.causal) && name != "attention")
+    throw UsageError("--v, --mask and --causal are only for 'demo attention'");
   if (name == "lookup") demo_lookup();
   else if (name == "scaling") demo_scaling();
-  else if (name == "masks") demo_masks();
-  else if (name == "alignment") demo_alignment(out);
+  else if (name == "attention") demo_attention(args);
+  else if (name == "masks") demo_masks(args);
+  else if (name == "alignment") demo_alignment(args.out);
   else throw UsageError("demo: unknown demo '" + name + "'");
   return 0;
 }
