@@ -14,16 +14,16 @@ ModelConfig lesson_config(const std::string& task) {
     c.positions = false;
   } else if (task == "reversal") {  // y = x reversed: LayerNorm + Linear head
     c.vocab = 10, c.classes = 10, c.seq_len = 8, c.d_model = 32, c.heads = 1;
-    c.head = HeadKind::kLayerNormLinear;
+    c.head = HeadKind::kLayerNormLinear, c.mlp_hidden = 0;
   } else if (task == "induction") {  // predict what followed the previous occurrence: 2 layers
     c.vocab = 24, c.classes = 24, c.seq_len = 16, c.d_model = 64, c.heads = 1, c.layers = 2;
     c.causal = true;
-    c.head = HeadKind::kLayerNormLinear;
+    c.head = HeadKind::kLayerNormLinear, c.mlp_hidden = 0;
   } else if (task == "reversal-large") {  // the compute-bound benchmark configuration
     c.vocab = 64, c.classes = 64, c.seq_len = 128, c.d_model = 256, c.heads = 4, c.layers = 2;
     c.pre_norm = true;
     c.block_mlp = 4 * c.d_model;
-    c.head = HeadKind::kLayerNormLinear;
+    c.head = HeadKind::kLayerNormLinear, c.mlp_hidden = 0;
   } else {
     std::string known;
     for (const auto& t : known_tasks()) known += (known.empty() ? "" : ", ") + t;

@@ -1,6 +1,7 @@
 #include "models/tasks.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "engine/error.h"
@@ -265,6 +266,18 @@ TaskData load_task_data(const std::string& path, const ModelConfig& c, const std
       throw FileError(path + ": '" + name + "' has no target to learn or score: all " + std::to_string(set->y.size()) +
                       " are -1 (no answer)");
   return data;
+}
+
+MajorityBaseline majority_baseline(const Dataset& d) {
+  std::map<int32_t, int64_t> counts;
+  for (int32_t y : d.y)
+    if (y != -1) ++counts[y];
+  MajorityBaseline b;
+  for (const auto& [cls, n] : counts) {
+    if (n > b.accuracy.correct) b.cls = cls, b.accuracy.correct = n;
+    b.accuracy.total += n;
+  }
+  return b;
 }
 
 }  // namespace attnkit

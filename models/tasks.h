@@ -93,4 +93,13 @@ struct Accuracy {
   double value() const { return total ? static_cast<double>(correct) / static_cast<double>(total) : 0.0; }
 };
 
+// The score of always answering the class most common among a data set's targets (-1s not
+// counted; ties go to the smaller class): the bar a model must clear — the lesson's "always say
+// «repeat»" for duplicates. cls is -1 when no position has a target.
+struct MajorityBaseline {
+  int32_t cls = -1;
+  Accuracy accuracy;
+};
+MajorityBaseline majority_baseline(const Dataset& d);
+
 }  // namespace attnkit

@@ -126,7 +126,7 @@ TEST_CASE("checkpoint config entries keep their key format, and entries written 
   const std::map<std::string, std::string> want = {
       {"task", "reversal"}, {"vocab", "10"}, {"classes", "10"}, {"seq_len", "8"}, {"d_model", "32"},
       {"heads", "1"}, {"layers", "1"}, {"positions", "true"}, {"causal", "false"}, {"head", "layernorm-linear"},
-      {"mlp_hidden", "128"}, {"pre_norm", "false"}, {"block_mlp", "0"}, {"epochs", "3"}, {"batch_size", "32"},
+      {"mlp_hidden", "0"}, {"pre_norm", "false"}, {"block_mlp", "0"}, {"epochs", "3"}, {"batch_size", "32"},
       {"lr", "0.00300000003"}, {"train_size", "2000"}, {"val_size", "500"}, {"snapshot_steps", "0,10,20,30,60"},
       {"seed", "7"}, {"sample", "0"}, {"data", "generated"}};
   CHECK(e == want);

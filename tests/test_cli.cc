@@ -110,6 +110,9 @@ TEST_CASE("train reversal at the lesson's settings: accuracy, files numpy reads,
   CHECK(metrics["val_accuracy"].get<double>() > 0.9);  // chance is 0.1
   CHECK(metrics["arena_bytes"].get<int64_t>() >= metrics["arena_lower_bound_bytes"].get<int64_t>());
   CHECK(metrics["train_chunk_rows"] == 0);  // a lesson model's arena is small: whole batches
+  CHECK(metrics["model"]["mlp_hidden"] == 0);  // a LayerNorm + Linear head: no MLP
+  CHECK(metrics["val_majority_accuracy"].get<double>() < 0.2);  // ten digits, about equally common
+  CHECK(r.out.find("(always answering ") != std::string::npos);
 
   const auto meta = json_file(run / "meta.json");
   CHECK(meta["tokens"].size() == 8);
@@ -353,9 +356,19 @@ np.savez(d + '/token.npz', X_train=Xt, Y_train=Yt, X_val=Xb, Y_val=Yv)
   const auto metrics = json_file(fs::path(run) / "metrics.json");
   CHECK(metrics["train_size"] == 3000);
   CHECK(metrics["val_accuracy"].get<double>() > 0.85);
+  CHECK(metrics["lr"] == 0.003);  // the float the run used, in its shortest decimal form
+  CHECK(metrics["model"]["mlp_hidden"] == 64);
+  // The lesson's bar: always answering "repeat" scores the share of repeats in Y_val.
+  const std::string share = numpy(R"(
+Y = np.load(d + '/dup.npz')['Y_val']; print(int(Y.mean() >= 0.5), repr(max(Y.mean(), 1 - Y.mean())))
+)", dir);
+  CHECK(metrics["val_majority_class"] == std::stoi(share));
+  CHECK(metrics["val_majority_accuracy"].get<double>() == Approx(std::stod(share.substr(2))).epsilon(1e-12));
   Result e = attnkit("eval --checkpoint '" + run + "' --data '" + (dir / "dup.npz").string() + "'", dir);
   CHECK(e.code == 0);
   CHECK(e.out.find(fmt_accuracy(metrics["val_accuracy"].get<double>())) != std::string::npos);
+  CHECK(e.out.find("(always answering " + share.substr(0, 1) + ", the most common target, would score " +
+                   fmt_accuracy(metrics["val_majority_accuracy"].get<double>()).substr(9)) != std::string::npos);
 
   expect_runtime_error("train duplicates --data '" + (dir / "float.npz").string() + "'", "'X_train' has dtype <f4", dir);
   expect_runtime_error("train duplicates --data '" + (dir / "names.npz").string() + "'", "no array 'X_train'", dir);
@@ -430,7 +443,7 @@ TEST_CASE("run folders: infer keeps out of a trained model's folder, render out 
   const std::string common = "train neighbor-sum --epochs 1 --train-size 300 --val-size 40 --no-pictures ";
   const Result t = attnkit(common + "--snapshot-steps 0,3,10000 --out '" + run + "'", dir);
   REQUIRE(t.code == 0);
-  CHECK(t.err.find("warning: snapshot steps 10000 come after the run's last step (5): no snapshot of them") !=
+  CHECK(t.err.find("warning: snapshot step 10000 comes after the run's last step (5): no snapshot of it") !=
         std::string::npos);
   CHECK(json_file(fs::path(run) / "meta.json")["snapshot_steps"] == nlohmann::json({0, 3}));
   REQUIRE(attnkit(common + "--seed 4 --out '" + other + "'", dir).code == 0);

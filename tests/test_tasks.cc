@@ -371,3 +371,21 @@ TEST_CASE("trainer learns duplicates well above chance in a short run") {
 
 }  // namespace
 }  // namespace attnkit
+
+TEST_CASE("majority baseline: the most common target's share, -1 not counted, ties to the smaller class") {
+  attnkit::Dataset d;
+  d.size = 2, d.seq_len = 4;
+  d.y = {1, 0, 1, -1, 2, 1, 0, -1};  // 1 ×3, 0 ×2, 2 ×1 of 6 scored
+  attnkit::MajorityBaseline b = attnkit::majority_baseline(d);
+  CHECK(b.cls == 1);
+  CHECK(b.accuracy.correct == 3);
+  CHECK(b.accuracy.total == 6);
+  d.y = {2, 0, 2, 0, -1, -1, -1, -1};
+  b = attnkit::majority_baseline(d);
+  CHECK(b.cls == 0);
+  CHECK(b.accuracy.value() == 0.5);
+  d.y.assign(8, -1);
+  b = attnkit::majority_baseline(d);
+  CHECK(b.cls == -1);
+  CHECK(b.accuracy.total == 0);
+}

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <limits>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +30,18 @@ namespace attnkit::cli {
 namespace fs = std::filesystem;
 
 namespace {
+
+// A float as the double of its shortest decimal form (0.01f → 0.01, not 0.009999999776482582),
+// so that metrics.json shows the number the user gave or the run printed.
+double shortest_double(float v) {
+  if (!std::isfinite(v)) return static_cast<double>(v);
+  char buf[32];
+  for (int digits = 1; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(v));
+    if (std::strtof(buf, nullptr) == v) break;
+  }
+  return std::strtod(buf, nullptr);
+}
 
 constexpr char kLockName[] = ".attnkit.lock";
 constexpr char kStagingPrefix[] = ".attnkit-staging-";
@@ -305,6 +318,7 @@ RunContents train_contents(Trainer& trainer, const EarlierRun& earlier, const Tr
 
   const Accuracy acc = trainer.evaluate(val);
   if (accuracy) *accuracy = acc;
+  const MajorityBaseline baseline = majority_baseline(val);
   const double seconds = trainer.train_seconds();
   const int64_t steps_here = static_cast<int64_t>(trainer.losses().size());
   const auto& losses = contents.losses;
@@ -317,7 +331,10 @@ RunContents train_contents(Trainer& trainer, const EarlierRun& earlier, const Tr
       {"total_steps", options.training.epochs * trainer.batches_per_epoch()},
       {"val_accuracy", acc.value()},
       {"val_positions", acc.total},
-      {"final_loss", losses.empty() ? nlohmann::json(nullptr) : nlohmann::json(losses.back())},
+      // Always answering the most common class of the validation targets: the bar to clear.
+      {"val_majority_class", baseline.cls >= 0 ? nlohmann::json(baseline.cls) : nlohmann::json(nullptr)},
+      {"val_majority_accuracy", baseline.cls >= 0 ? nlohmann::json(baseline.accuracy.value()) : nlohmann::json(nullptr)},
+      {"final_loss", losses.empty() ? nlohmann::json(nullptr) : nlohmann::json(shortest_double(losses.back()))},
       {"train_seconds", seconds},
       {"steps_per_second", seconds > 0 ? static_cast<double>(steps_here) / seconds : 0.0},
       {"steps_this_run", steps_here},
@@ -334,7 +351,7 @@ RunContents train_contents(Trainer& trainer, const EarlierRun& earlier, const Tr
       {"train_chunk_rows", ex.chunk_rows()},
       {"param_count", ex.param_count()},
       {"batch_size", options.training.batch_size},
-      {"lr", options.training.lr},
+      {"lr", shortest_double(options.training.lr)},
       {"train_size", trainer.data().train.size},
       {"val_size", val.size},
       {"data", options.data_path.empty() ? "generated" : options.data_path},

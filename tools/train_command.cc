@@ -300,11 +300,13 @@ int run_train(const TrainArgs& a, Collective* group) {
     // run's end) that the run never reaches: said, not dropped without a word
     const int64_t last = options.training.epochs * trainer.batches_per_epoch();
     std::string past;
+    int64_t count = 0;
     for (int64_t s : options.training.snapshot_steps)
-      if (s > last) past += (past.empty() ? "" : ", ") + std::to_string(s);
-    if (!past.empty())
-      std::fprintf(stderr, "warning: snapshot steps %s come after the run's last step (%lld): no snapshot of them\n",
-                   past.c_str(), static_cast<long long>(last));
+      if (s > last) past += (past.empty() ? "" : ", ") + std::to_string(s), ++count;
+    if (count > 0)
+      std::fprintf(stderr, "warning: snapshot step%s %s come%s after the run's last step (%lld): no snapshot of %s\n",
+                   count > 1 ? "s" : "", past.c_str(), count > 1 ? "" : "s", static_cast<long long>(last),
+                   count > 1 ? "them" : "it");
   }
 
   const bool tty = isatty(fileno(stdout)) != 0;
@@ -344,6 +346,10 @@ int run_train(const TrainArgs& a, Collective* group) {
     if (!quiet && std::string(state) != "in progress") {
       fmt::print("{}: validation accuracy {:.4f} ({} of {} positions), final loss {:.4f}\n", config.task, acc.value(),
                  acc.correct, acc.total, losses.empty() ? 0.0f : losses.back());
+      const nlohmann::json& majority = contents.metrics["val_majority_accuracy"];
+      if (majority.is_number())  // the bar: always answering the most common class
+        fmt::print("(always answering {}, the most common target, would score {:.4f})\n",
+                   contents.metrics["val_majority_class"].get<int64_t>(), majority.get<double>());
       fmt::print("{} steps in {:.2f} s ({:.0f} steps/s, {}{} thread{}), arena {} bytes (lower bound {}{})\n",
                  steps_here, seconds, seconds > 0 ? static_cast<double>(steps_here) / seconds : 0.0,
                  ranks > 1 ? fmt::format("{} ranks × ", ranks) : "", options.threads, options.threads == 1 ? "" : "s",
@@ -459,7 +465,7 @@ int run_eval(const EvalArgs& a) {
     check_generated_size(n, m.config.seq_len, (given_size ? "--val-size " : "the checkpoint's val_size ") + std::to_string(n));
     Rng rng(seed);
     d = generate_dataset(m.config, n, rng);
-    source = fmt::format("{} fresh sequences (seed {})", n, seed);
+    source = fmt::format("{} fresh sequence{} (seed {})", n, n == 1 ? "" : "s", seed);
   }
   const Accuracy acc = m.runner->evaluate(d);
   if (acc.total == 0) {  // (every target -1: nothing to score, not an accuracy of 0)
@@ -469,6 +475,9 @@ int run_eval(const EvalArgs& a) {
   }
   fmt::print("{} at step {}: accuracy {:.4f} ({} of {} positions) on {}\n", m.config.task, m.step, acc.value(),
              acc.correct, acc.total, source);
+  const MajorityBaseline majority = majority_baseline(d);
+  fmt::print("(always answering {}, the most common target, would score {:.4f})\n", majority.cls,
+             majority.accuracy.value());
   return 0;
 }
 

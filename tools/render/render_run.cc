@@ -157,6 +157,10 @@ std::vector<std::string> render_run(const RunPictures& run, const std::string& o
                (step.empty() ? "" : ", after step " + step);
   if (metrics.contains("val_accuracy") && metrics["val_accuracy"].is_number())
     d.summary.emplace_back("validation accuracy", number(100 * metrics["val_accuracy"].get<double>(), "%.1f %%"));
+  if (metrics.contains("val_majority_accuracy") && metrics["val_majority_accuracy"].is_number() &&
+      metrics.contains("val_majority_class") && metrics["val_majority_class"].is_number_integer())
+    d.summary.emplace_back("always answering " + std::to_string(metrics["val_majority_class"].get<int64_t>()),
+                           number(100 * metrics["val_majority_accuracy"].get<double>(), "%.1f %%"));
   if (metrics.contains("final_loss") && metrics["final_loss"].is_number())
     d.summary.emplace_back("final loss", number(metrics["final_loss"].get<double>(), "%.4f"));
   if (metrics.contains("steps")) d.summary.emplace_back("steps", str(metrics, "steps"));
