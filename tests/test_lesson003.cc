@@ -115,6 +115,77 @@ TEST_CASE("lesson 003 attention from primitives equals the fused op: outputs wei
   }
 }
 
+TEST_CASE("cross-attention (queries from one sequence, keys and values from another) equals the primitives") {
+  // Lesson 003's Seq2Seq case: Q = decoder states [Tq, D], K = V = encoder outputs [Tk, D].
+  constexpr int64_t kTq = 7, kTk = 12;
+  for (const bool masked : {false, true}) {
+    INFO((masked ? "padding mask (the last 3 keys)" : "no mask"));
+    struct Cross {
+      std::unique_ptr<Graph> g;
+      Tensor xq, xkv, dy, y, weights, mask;
+      std::unique_ptr<Executor> ex;
+    } sides[2];
+    for (int primitives = 0; primitives < 2; ++primitives) {
+      Cross& c = sides[primitives];
+      c.g = std::make_unique<Graph>(kB);
+      Graph& g = *c.g;
+      c.xq = g.input("decoder", {kTq, kD}, DType::kF32, true);
+      c.xkv = g.input("encoder", {kTk, kD}, DType::kF32, true);
+      if (primitives) {
+        lesson003::MultiHeadAttention mha(g, "attn", kD, kH);
+        if (masked) c.mask = g.input_unbatched("mask", {kTq, kTk}, DType::kU8);  // broadcast over batch, heads
+        c.y = mha(c.xq, c.xkv, c.xkv, c.mask);
+        c.weights = mha.attention;
+      } else {
+        MultiHeadAttention mha(g, "attn", kD, kH);
+        if (masked) c.mask = g.input("mask", {kTq, kTk}, DType::kU8);  // [batch, Tq, Tk]
+        c.y = mha(c.xq, c.xkv, c.mask);
+        c.weights = mha.attn();
+      }
+      g.keep(c.y);
+      g.keep(c.weights);
+      c.dy = g.input("dy", {kTq, kD}, DType::kF32);
+      g.backward(c.y, c.dy);
+      c.ex = std::make_unique<Executor>(g, ExecutorOptions{1, 7, false});
+      c.ex->set_batch(kB);
+      Rng rng(11);
+      for (const auto& [t, rows] : {std::pair{c.xq, kTq}, std::pair{c.xkv, kTk}, std::pair{c.dy, kTq}})
+        for (int64_t i = 0; i < kB * rows * kD; ++i) c.ex->f32(t.id())[i] = static_cast<float>(2 * rng.uniform() - 1);
+      if (masked) {
+        const int64_t copies = primitives ? 1 : kB;
+        for (int64_t i = 0; i < copies * kTq * kTk; ++i) c.ex->u8(c.mask.id())[i] = i % kTk >= kTk - 3;
+      }
+    }
+    Cross &fused = sides[0], &prim = sides[1];
+    std::map<std::string, const ParamInfo*> fp;
+    for (const ParamInfo& p : fused.g->params()) fp[p.name] = &p;
+    for (const ParamInfo& p : prim.g->params())
+      std::memcpy(prim.ex->params() + p.offset, fused.ex->params() + fp.at(p.name)->offset,
+                  static_cast<size_t>(p.numel) * 4);
+    fused.ex->train_step(nullptr);
+    prim.ex->train_step(nullptr);
+    require_close(prim.ex->f32(prim.y.id()), fused.ex->f32(fused.y.id()), kB * kTq * kD, "output");
+    const float* w = fused.ex->f32(fused.weights.id());
+    require_close(prim.ex->f32(prim.weights.id()), w, kB * kH * kTq * kTk, "weights [B, H, Tq, Tk]");
+    for (int64_t r = 0; r < kB * kH * kTq; ++r) {  // rows sum to 1; masked keys get nothing
+      double sum = 0;
+      for (int64_t j = 0; j < kTk; ++j) sum += w[r * kTk + j];
+      CHECK(sum == Approx(1.0).epsilon(1e-5));
+      if (masked) CHECK(w[r * kTk + kTk - 1] == 0.0f);
+    }
+    require_close(prim.ex->f32(prim.g->grad(prim.xq).id()), fused.ex->f32(fused.g->grad(fused.xq).id()), kB * kTq * kD,
+                  "gradient of the decoder states");
+    require_close(prim.ex->f32(prim.g->grad(prim.xkv).id()), fused.ex->f32(fused.g->grad(fused.xkv).id()),
+                  kB * kTk * kD, "gradient of the encoder outputs");
+    double largest = 0;
+    for (int64_t i = 0; i < fused.ex->param_count(); ++i)
+      largest = std::max(largest, std::fabs(static_cast<double>(fused.ex->grads()[i])));
+    for (const ParamInfo& p : prim.g->params())
+      require_close(prim.ex->grads() + p.offset, fused.ex->grads() + fp.at(p.name)->offset, p.numel,
+                    "gradient of " + p.name, 1e-3 * largest);
+  }
+}
+
 TEST_CASE("retain_grad on the attention weights: the fused op keeps the gradient the primitives' softmax output has") {
   // The fused op's dL/dweights (dy·Vᵀ per head) is scratch in its kernel unless retained.
   for (const bool causal : {false, true}) {
