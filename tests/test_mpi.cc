@@ -253,6 +253,17 @@ TEST_CASE("ranks started with other arguments and batches that do not divide are
     REQUIRE(job.wait() == 2);
     REQUIRE(job.stderr_text().find("only 'attnkit train' runs across the processes") != std::string::npos);
   }
+  {  // one process under mpirun: every command runs as it does alone
+    Mpirun job(1, {"demo", "lookup"}, dir, "one");
+    REQUIRE(job.wait() == 0);
+    REQUIRE(job.stdout_text().find("запрос про еду") != std::string::npos);
+    Mpirun missing(1, {"eval", "--checkpoint", "nowhere"}, dir, "one_eval");
+    REQUIRE(missing.wait() == 1);
+    const std::string err = missing.stderr_text();
+    INFO(err);
+    REQUIRE(err.find("error: nowhere") != std::string::npos);
+    REQUIRE(err.find("ending the job") == std::string::npos);
+  }
 #endif
 }
 

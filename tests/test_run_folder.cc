@@ -184,6 +184,29 @@ TEST_CASE("a second writer into a run folder is refused and named, the lock ends
   require_one_version(run);
 }
 
+TEST_CASE("a signal after the last step (during the final evaluation and save) keeps the finished run") {
+  // A large validation set makes the final save take a second or more: the signal lands in it.
+  const fs::path dir = scratch("signal_final_save");
+  const fs::path run = dir / "run";
+  Child c({"train", "neighbor-sum", "--epochs", "1", "--train-size", "64", "--val-size", "1500000", "--no-pictures",
+           "--out", run.string()},
+          dir, "train");
+  const auto deadline = Clock::now() + std::chrono::seconds(120);
+  while (slurp(c.out).find("epoch 1/1") == std::string::npos && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  REQUIRE(slurp(c.out).find("epoch 1/1") != std::string::npos);  // the one step is done
+  ::kill(c.pid, SIGINT);
+  REQUIRE(c.wait() == 0);
+  const std::string err = c.stderr_text();
+  INFO(err);
+  CHECK(err.find("SIGINT arrived after the last step: the finished run is saved in " + run.string()) !=
+        std::string::npos);
+  const nlohmann::json m = json_file(run / "metrics.json");
+  CHECK(m["state"] == "finished");
+  CHECK(m["steps"] == 1);
+  require_one_version(run);
+}
+
 TEST_CASE("SIGINT mid-training saves the run, exits 130, and --resume finishes it bit for bit") {
   const fs::path dir = scratch("sigint");
   const fs::path full = dir / "full", part = dir / "part";

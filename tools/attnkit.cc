@@ -105,7 +105,8 @@ int run_in_group(const attnkit::cli::ParsedArgs& a, int argc, char** argv) {
   const int rank = group->rank(), size = group->size();
   const bool lead = rank == 0;
   try {
-    if (size > 1 && a.command != Command::kTrain) {
+    if (a.command != Command::kTrain) {
+      if (size == 1) return run_command(a, nullptr);  // (mpirun -np 1, or a PMI environment: one process)
       if (lead) usage_error("only 'attnkit train' runs across the processes of an mpirun job; run the others alone");
       return 2;
     }

@@ -383,8 +383,11 @@ int run_train(const TrainArgs& a, Collective* group) {
                trainer.batches_per_epoch(), options.training.batch_size, options.training.lr, options.seed,
                ranks > 1 ? fmt::format("{} ranks × ", ranks) : "", options.threads, options.threads == 1 ? "" : "s");
   std::fflush(stdout);
-  bool finished = false;
+  bool finished = false, pictures_ok = true;
   {
+    // Caught until the last save is written: a signal after the last step (during the final
+    // evaluation, pictures or folder write) must not lose the finished run. A second signal
+    // acts at once (SA_RESETHAND); the folder then keeps its previous version.
     StopSignals signals;
     g_stop_signal = 0;
     try {
@@ -401,9 +404,12 @@ int run_train(const TrainArgs& a, Collective* group) {
       throw NumericError(std::string(e.what()) + (saved ? " (" + out + " holds the last save)"
                                                         : " (files in " + out + " are unchanged)"));
     }
+    if (!finished) progress.abort();
+    pictures_ok = save_run(finished ? "finished" : "stopped");
   }
-  if (!finished) progress.abort();
-  const bool pictures_ok = save_run(finished ? "finished" : "stopped");
+  if (finished && g_stop_signal && lead)
+    std::fprintf(stderr, "%s arrived after the last step: the finished run is saved in %s\n",
+                 g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", out.c_str());
   if (!finished) {
     const int sig = g_stop_signal ? static_cast<int>(g_stop_signal) : SIGTERM;  // another rank's signal
     if (!lead) return 128 + sig;
