@@ -33,6 +33,13 @@ class NumericError : public Error {
   using Error::Error;
 };
 
+// What a graph's executor needs (arena, parameters, gradients, inputs) is more memory than the
+// machine has: refused before anything is allocated, rather than left to the OOM killer.
+class MemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
 // The processes of a data-parallel group disagree (model, options, data or starting state).
 // Every process finds it alike, so every one throws it: a program reports it once.
 class GroupError : public Error {

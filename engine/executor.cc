@@ -4,6 +4,7 @@
 #include "engine/executor.h"
 
 #include <omp.h>
+#include <unistd.h>
 #if defined(__SSE__) || defined(__x86_64__)
 #include <xmmintrin.h>
 #endif
@@ -12,6 +13,7 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "engine/barrier.h"
@@ -214,6 +216,29 @@ MemoryPlan Executor::make_plan(const Graph& graph, const ExecutorOptions& option
   return plan_memory(graph, {std::max<int64_t>(1, rows)});
 }
 
+namespace {
+
+// Buffers larger than the machine's memory are refused up front: under Linux's overcommit
+// each allocation may succeed and the process then thrash or meet the OOM killer while the
+// arena is zeroed.
+void check_memory(const MemoryPlan& plan, int64_t param_count, int64_t input_bytes) {
+  const double params = 2.0 * 4.0 * static_cast<double>(param_count);  // values and gradients
+  const double need = static_cast<double>(plan.arena_bytes) + static_cast<double>(plan.kept_bytes) + params +
+                      static_cast<double>(input_bytes);
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (memory <= 0 || need <= memory) return;
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "the graph needs %.1f GB (arena %.1f GB, kept tensors %.1f GB, %lld parameters with their gradients "
+                "%.1f GB, inputs %.1f GB), more than this machine's %.1f GB of memory",
+                need / 1e9, static_cast<double>(plan.arena_bytes) / 1e9, static_cast<double>(plan.kept_bytes) / 1e9,
+                static_cast<long long>(param_count), params / 1e9, static_cast<double>(input_bytes) / 1e9,
+                memory / 1e9);
+  throw MemoryError(buf);
+}
+
+}  // namespace
+
 Executor::Executor(const Graph& graph, ExecutorOptions options)
     : graph_(graph),
       plan_(make_plan(graph, options)),
@@ -226,10 +251,6 @@ Executor::Executor(const Graph& graph, ExecutorOptions options)
   bf16_ = options.precision == Precision::kBf16 && bf16_kernel() != Bf16Kernel::kNone;
   flush_denormals_ = options.flush_denormals;
   set_threads(options.threads);
-  arena_.resize(plan_.arena_bytes);
-  kept_.resize(plan_.kept_bytes);
-  params_.resize(graph.param_count() * 4);
-  grads_.resize(graph.param_count() * 4);
   // Inputs: each its own 64-byte aligned slot in one block.
   input_offsets_.assign(graph.tensors().size(), -1);
   int64_t bytes = 0;
@@ -239,6 +260,11 @@ Executor::Executor(const Graph& graph, ExecutorOptions options)
     input_offsets_[t] = bytes;
     bytes += (d.bytes() + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
   }
+  check_memory(plan_, graph.param_count(), bytes);
+  arena_.resize(plan_.arena_bytes);
+  kept_.resize(plan_.kept_bytes);
+  params_.resize(graph.param_count() * 4);
+  grads_.resize(graph.param_count() * 4);
   inputs_.resize(bytes);
   consts_.resize(static_cast<int64_t>(graph.const_data().size()) * 4);
   if (!graph.const_data().empty())

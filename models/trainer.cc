@@ -58,6 +58,8 @@ ModelRunner::ModelRunner(const ModelConfig& config, int64_t max_batch, int threa
     : model_(build_model(config, max_batch, with_backward)),
       executor_(std::make_unique<Executor>(
           *model_.graph, runner_options(threads, seed, with_backward, precision, train_chunk_rows))) {
+} catch (const MemoryError& e) {
+  too_large(config, max_batch, e.what());
 } catch (const std::bad_alloc&) {
   too_large(config, max_batch, "out of memory");
 } catch (const std::length_error&) {

@@ -506,6 +506,12 @@ TEST_CASE("sizes beyond memory, data without answers, and .npy outputs named .pn
                          (dir / "huge").string() + "'",
                      "--train-size 100000000 and --val-size 500: 100000500 sequences of T = 4096 take", dir);
   CHECK_FALSE(fs::exists(dir / "huge"));
+  // A model whose buffers exceed the machine's memory: refused before they are allocated (each
+  // allocation alone could succeed under overcommit and the zeroing then meet the OOM killer).
+  expect_runtime_error("train reversal --layers 64 --d-model 65536 --no-pictures --out '" + (dir / "big").string() + "'",
+                       "cannot allocate the model (batch 32, T = 8, d_model = 65536, heads = 1, layers = 64, vocab = 10): "
+                       "the graph needs", dir);
+  CHECK_FALSE(fs::exists(dir / "big"));
 
   numpy(R"(
 X = np.random.default_rng(0).integers(0, 12, (50, 10)); Y = np.zeros((50, 10), int)
