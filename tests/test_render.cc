@@ -17,6 +17,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <regex>
 #include <sstream>
 
@@ -176,6 +178,16 @@ TEST_CASE("SVGs parse as XML, cells and drawn links are counted", "[render]") {
   ho.title = "Куда смотрит <переводчик> & co";  // escaped in XML
   save_figure(heatmap_figure(kAlign, 5, 7, kDst, kSrc, ho), (dir / "heatmap.svg").string(), 1);
   CHECK(count_svg_elements(dir / "heatmap.svg", dir).rfind("35 0 ", 0) == 0);
+  // Labels that are not UTF-8 (bytes 0xFF 0xFE, a cut-off sequence, a control character) still
+  // give well-formed XML: U+FFFD in their place, as in the HTML report.
+  std::vector<std::string> odd = kSrc;
+  odd[0] = "\xff\xfe a";
+  odd[1] = "cat\xd0";
+  odd[2] = "x\x01y";
+  ho.title = "\xc3(";
+  save_figure(heatmap_figure(kAlign, 5, 7, kDst, odd, ho), (dir / "odd.svg").string(), 1);
+  CHECK(count_svg_elements(dir / "odd.svg", dir).rfind("35 0 ", 0) == 0);
+  CHECK(xml_escape("\xff<\xe2\x82\xac>\x01") == "\xef\xbf\xbd&lt;\xe2\x82\xac&gt;");  // €, escaped, dropped
 
   LinkOptions lo;
   lo.title = "Куда смотрит переводчик";
@@ -789,6 +801,43 @@ TEST_CASE("attnkit render: files, run folders, exit codes", "[render][cli]") {
   r = sh(cli + " render '" + (dir / "many_run").string() + "'", dir);
   CHECK(r.code == 1);
   CHECK_THAT(r.err, Catch::Contains("no meta.json") && Catch::Contains("--index K"));
+
+  // A run folder's arrays and steps get the checks an .npy file gets: NaN, integer weights and
+  // steps that are not ascending integers from 0 are errors naming the file; nothing is drawn.
+  auto broken = [&](const std::string& name, const std::function<void(const fs::path&)>& damage,
+                    const std::string& message) {
+    const fs::path bad = make_run(name, 1, 2, 5, 40);
+    damage(bad);
+    const fs::path out = dir / (name + "_pictures");
+    const Shell b = sh(cli + " render '" + bad.string() + "' --out '" + out.string() + "'", dir);
+    INFO(name << ": " << b.err);
+    CHECK(b.code == 1);
+    CHECK_THAT(b.err, Catch::StartsWith("error: ") && Catch::Contains(message));
+    CHECK_FALSE(fs::exists(out));
+  };
+  broken("nan_run", [](const fs::path& d) {
+    std::vector<float> w = peaked_maps(2, 5, 1);
+    w[7] = std::nanf("");
+    write_npy((d / "attention.npy").string(), w.data(), {1, 2, 5, 5});
+  }, "attention.npy: weight nan at flat index 7 is not finite");
+  broken("int_run", [](const fs::path& d) {
+    const std::vector<int32_t> ones(2 * 25, 1);
+    write_npy((d / "attention.npy").string(), ones.data(), {1, 2, 5, 5});
+  }, "attention.npy: dtype <i4 is not a float type");
+  broken("nan_snapshots", [](const fs::path& d) {
+    std::vector<float> s(3 * 2 * 25, 0.2f);
+    s[60] = std::numeric_limits<float>::infinity();
+    write_npy((d / "snapshots.npy").string(), s.data(), {3, 1, 2, 5, 5});
+  }, "snapshots.npy: weight inf at flat index 60 is not finite");
+  for (const std::string& steps : {"[0, 10, 1e20]", "[-1, -2, -3]", "[0, 10, 10]", "[0, 10, 100000000000000000000]"}) {
+    broken("steps_run", [&](const fs::path& d) {
+      std::string meta = slurp(d / "meta.json");
+      const std::string was = "\"snapshot_steps\": [0, 10, 40]";
+      REQUIRE(meta.find(was) != std::string::npos);
+      meta.replace(meta.find(was), was.size(), "\"snapshot_steps\": " + steps);
+      std::ofstream(d / "meta.json") << meta;
+    }, "snapshot_steps " );
+  }
 }
 #endif
 

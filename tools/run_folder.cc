@@ -59,6 +59,18 @@ std::string errno_text() { return std::strerror(errno); }
 
 std::string file_in(const std::string& dir, const char* name) { return (fs::path(dir) / name).string(); }
 
+// Attention weights of a run's file: floats, every one finite (as `render FILE.npy` demands).
+std::vector<float> weights_of(const NpyArray& a, const std::string& path) {
+  if (a.kind() != 'f')
+    throw FileError(path + ": dtype " + a.descr + " is not a float type; attention weights are floats (rows of softmax)");
+  std::vector<float> w = to_float32(a, path);
+  for (size_t i = 0; i < w.size(); ++i)
+    if (!std::isfinite(w[i]))
+      throw FileError(path + ": weight " + std::to_string(w[i]) + " at flat index " + std::to_string(i) +
+                      " is not finite");
+  return w;
+}
+
 // `whence` says where the expected shape comes from.
 std::vector<float> float_array(const std::string& path, const std::vector<int64_t>& shape,
                                const char* whence = "attention.npy and meta.json") {
@@ -66,18 +78,22 @@ std::vector<float> float_array(const std::string& path, const std::vector<int64_
   if (a.shape != shape)
     throw FileError(path + ": shape " + render::shape_string(a.shape) + ", expected " + render::shape_string(shape) +
                     " (from " + whence + ")");
-  return to_float32(a, path);
+  return weights_of(a, path);
 }
 
-// meta.json's snapshot_steps, which snapshots.npy needs.
+// meta.json's snapshot_steps, which snapshots.npy needs: steps (integers ≥ 0), ascending.
 std::vector<int64_t> snapshot_steps_of(const nlohmann::json& meta, const std::string& meta_path) {
   if (!meta.contains("snapshot_steps") || !meta["snapshot_steps"].is_array())
     throw FileError(meta_path + ": no snapshot_steps for snapshots.npy");
-  try {
-    return meta["snapshot_steps"].get<std::vector<int64_t>>();
-  } catch (const nlohmann::json::exception&) {
-    throw FileError(meta_path + ": snapshot_steps is not a list of steps");
+  std::vector<int64_t> steps;
+  for (const nlohmann::json& v : meta["snapshot_steps"]) {
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > (uint64_t{1} << 62)) ||
+        v.get<int64_t>() < 0 || (!steps.empty() && v.get<int64_t>() <= steps.back()))
+      throw FileError(meta_path + ": snapshot_steps " + meta["snapshot_steps"].dump() +
+                      " is not a list of ascending steps (integers from 0)");
+    steps.push_back(v.get<int64_t>());
   }
+  return steps;
 }
 
 std::string steps_text(const std::vector<int64_t>& steps) {
@@ -417,7 +433,7 @@ RunContents read_run_folder(const std::string& dir) {
     if (a.shape.size() != 4 || a.shape[2] != a.shape[3] || a.shape[0] < 1 || a.shape[1] < 1 || a.shape[2] < 1)
       throw FileError(attention + ": shape " + render::shape_string(a.shape) + ", expected [layers, heads, T, T]");
     r.layers = a.shape[0], r.heads = a.shape[1], r.T = a.shape[2];
-    r.attention = to_float32(a, attention);
+    r.attention = weights_of(a, attention);
   }
   const int64_t L = r.layers, H = r.heads, T = r.T;
   check_size(r.meta, "layers", L, meta_path);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "tools/render/figure.h"
+#include "tools/render/font.h"
 
 namespace attnkit::render {
 namespace {
@@ -32,17 +33,36 @@ std::string cls(const Shape& s) { return s.cls.empty() ? std::string() : " class
 }  // namespace
 
 std::string xml_escape(const std::string& s) {
+  // Code point by code point: bytes that are not UTF-8 become U+FFFD (as in the HTML report),
+  // so the file stays well-formed XML whatever the labels held.
   std::string out;
-  for (char ch : s) {
-    switch (ch) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default:
-        // Control characters other than tab/newline are not allowed in XML 1.0.
-        if (static_cast<unsigned char>(ch) >= 0x20 || ch == '\t' || ch == '\n') out += ch;
+  for (char32_t cp : decode_utf8(s)) {
+    switch (cp) {
+      case '&': out += "&amp;"; continue;
+      case '<': out += "&lt;"; continue;
+      case '>': out += "&gt;"; continue;
+      case '"': out += "&quot;"; continue;
+      case '\'': out += "&apos;"; continue;
+      default: break;
+    }
+    // XML 1.0's characters: tab, newline, carriage return, and from U+0020 on, minus the
+    // surrogates and U+FFFE/U+FFFF; other control characters are left out.
+    if (cp < 0x20 && cp != '\t' && cp != '\n' && cp != '\r') continue;
+    if ((cp >= 0xD800 && cp <= 0xDFFF) || cp == 0xFFFE || cp == 0xFFFF || cp > 0x10FFFF) cp = 0xFFFD;
+    if (cp < 0x80) {
+      out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      out += static_cast<char>(0xC0 | (cp >> 6));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out += static_cast<char>(0xE0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (cp >> 18));
+      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
     }
   }
   return out;
