@@ -802,6 +802,16 @@ TEST_CASE("attnkit render: files, run folders, exit codes", "[render][cli]") {
   CHECK(r.code == 1);
   CHECK_THAT(r.err, Catch::Contains("no meta.json") && Catch::Contains("--index K"));
 
+  {  // More maps than a PNG holds side by side: named, with what to draw instead.
+    const std::vector<float> tiny(64 * 1024 * 4, 0.5f);
+    write_npy((dir / "wide.npy").string(), tiny.data(), {64, 1024, 2, 2});
+    r = sh(cli + " render '" + (dir / "wide.npy").string() + "' --out '" + (dir / "wide.png").string() + "'", dir);
+    CHECK(r.code == 1);
+    CHECK_THAT(r.err, Catch::Contains("wide.npy [64, 1024, 2, 2]: 65536 maps of 2 x 2 make a picture of") &&
+                          Catch::Contains("--layer L and --head H"));
+    CHECK_FALSE(fs::exists(dir / "wide.png"));
+  }
+
   // A run folder's arrays and steps get the checks an .npy file gets: NaN, integer weights and
   // steps that are not ascending integers from 0 are errors naming the file; nothing is drawn.
   auto broken = [&](const std::string& name, const std::function<void(const fs::path&)>& damage,

@@ -1,6 +1,7 @@
 #include "tools/render/render_file.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <sstream>
 
@@ -91,6 +92,19 @@ std::vector<std::string> render_attention_file(const RenderRequest& r) {
     return warnings;
   }
 
+  // A picture wider or taller than a PNG may be (32768 pixels, at one pixel per point at the
+  // least): an error naming the array and what to draw instead, before anything is rasterized.
+  auto save = [&](const Figure& f, size_t maps) {
+    const bool png = fs::path(r.output).extension() == ".png";
+    if (png && std::max(f.width(), f.height()) > 32768)
+      throw Error(input + " " + shape + ": " + std::to_string(maps) + " map" + (maps == 1 ? "" : "s") + " of " +
+                  std::to_string(a.rows) + " x " + std::to_string(a.cols) + " make a picture of " +
+                  std::to_string(static_cast<long long>(std::ceil(f.width()))) + " x " +
+                  std::to_string(static_cast<long long>(std::ceil(f.height()))) +
+                  " points, over a PNG's 32768 pixels a side: pick maps with --layer L and --head H, or write .svg");
+    save_figure(f, r.output, r.scale);
+  };
+
   if (r.view == "links") {
     if (std::max(a.rows, a.cols) > kMaxLinkTokens)
       throw Error("--view links: " + input + " " + shape + " has " + std::to_string(a.rows) + " queries x " +
@@ -103,8 +117,7 @@ std::vector<std::string> render_attention_file(const RenderRequest& r) {
       const std::string title = map_name(a, l, h);
       panels.push_back({{{a.map(l, h), h}}, title});
     }
-    save_figure(link_figure(panels, std::min<int64_t>(4, a.heads), a.rows, a.cols, queries, r.key_tokens, o), r.output,
-                r.scale);
+    save(link_figure(panels, std::min<int64_t>(4, a.heads), a.rows, a.cols, queries, r.key_tokens, o), panels.size());
     return warnings;
   }
   HeatmapOptions o;
@@ -115,7 +128,7 @@ std::vector<std::string> render_attention_file(const RenderRequest& r) {
     const std::string what = map_name(a, l, h);
     o.title = !r.title.empty() ? r.title : what.empty() ? name : name + ": " + what;
     if (const std::string note = heatmap_block_note(a.rows, a.cols); !note.empty()) warnings.push_back(name + ": " + note);
-    save_figure(heatmap_figure(a.map(l, h), a.rows, a.cols, queries, r.key_tokens, o), r.output, r.scale);
+    save(heatmap_figure(a.map(l, h), a.rows, a.cols, queries, r.key_tokens, o), 1);
   } else {
     o.title = r.title.empty() ? name : r.title;
     std::vector<const float*> maps;
@@ -124,7 +137,7 @@ std::vector<std::string> render_attention_file(const RenderRequest& r) {
     const int64_t cols = r.head >= 0 ? std::min<int64_t>(8, static_cast<int64_t>(picked.size())) : a.heads;
     const std::string note = heatmap_block_note(a.rows, a.cols, static_cast<int64_t>(maps.size()));
     if (!note.empty()) warnings.push_back(name + ": " + note);
-    save_figure(heatmap_grid(maps, titles, cols, a.rows, a.cols, queries, r.key_tokens, o), r.output, r.scale);
+    save(heatmap_grid(maps, titles, cols, a.rows, a.cols, queries, r.key_tokens, o), maps.size());
   }
   return warnings;
 }
