@@ -147,6 +147,16 @@ void Trainer::resume(const std::string& path) {
   if (st.batch_in_epoch < 0 || st.batch_in_epoch >= batches_per_epoch() || st.epoch < 0)
     throw FileError(path + ": data position (epoch " + std::to_string(st.epoch) + ", batch " +
                     std::to_string(st.batch_in_epoch) + ") does not fit this training set");
+  // xoshiro256** never leaves the all-zero state (a checkpoint saved without a data-order
+  // generator has it): every draw would be 0 and the shuffle would never end.
+  if ((st.rng_state[0] | st.rng_state[1] | st.rng_state[2] | st.rng_state[3]) == 0)
+    throw FileError(path + ": data-order generator state 'attnkit.rng' is all zero, which the generator cannot "
+                    "have (a checkpoint saved without a training run's data order cannot be resumed by the trainer)");
+  // The position is where step `step` left the data: epoch · batches per epoch + batch.
+  if (st.epoch > (int64_t{1} << 40) || st.epoch * batches_per_epoch() + st.batch_in_epoch != st.step)
+    throw FileError(path + ": data position (epoch " + std::to_string(st.epoch) + ", batch " +
+                    std::to_string(st.batch_in_epoch) + " of " + std::to_string(batches_per_epoch()) +
+                    " per epoch) is not where step " + std::to_string(st.step) + " leaves the training set");
   epoch_ = st.epoch;
   batch_in_epoch_ = st.batch_in_epoch;
   order_rng_.set_state(st.rng_state);

@@ -187,7 +187,11 @@ assert np.allclose(R, r, atol=1e-5)
   numpy("a = np.load(d + '/infer/attention.npy'); assert a.shape == (2, 1, 16, 16); np.load(d + '/infer/rollout.npy')", dir);
 
   expect_usage_error("infer --checkpoint '" + run + "' --tokens '1 2 3'", "--tokens", dir);
-  expect_usage_error("infer --checkpoint '" + run + "' --tokens '0 1 2 3 4 5 6 7 8 9 10 11 2 3 4 99'", "--tokens", dir);
+  expect_usage_error("infer --checkpoint '" + run + "' --tokens '0 1 2 3 4 5 6 7 8 9 10 11 2 3 4 99'",
+                     "--tokens: token 99 is outside the vocabulary [0, 24)", dir);
+  // As written, not as strtol clamps it (9223372036854775807).
+  expect_usage_error("infer --checkpoint '" + run + "' --tokens '0 1 2 3 4 5 6 7 8 9 10 11 2 3 4 99999999999999999999'",
+                     "--tokens: token 99999999999999999999 is outside", dir);
 }
 
 TEST_CASE("resume: 2 epochs + resume to 4 equals 4 epochs, bitwise") {

@@ -323,6 +323,11 @@ TEST_CASE("infer --data - answers each stdin line with a line of predictions") {
   CHECK(bad.wait() == 1);
   CHECK(slurp(bad.out) == expected.substr(0, 20));  // the good line was answered before the bad one
   CHECK(bad.stderr_text().find("stdin line 2, position 2: 'x' is not an integer token") != std::string::npos);
+  std::ofstream(dir / "huge.txt") << "1 2 3 4 5 6 7 8 9 99999999999999999999\n";
+  Child huge({"infer", "--checkpoint", trained_run().string(), "--data", "-"}, dir, "huge", 0, dir / "huge.txt");
+  CHECK(huge.wait() == 1);
+  CHECK(huge.stderr_text().find("stdin line 1, position 9: token 99999999999999999999 is outside the vocabulary") !=
+        std::string::npos);
 }
 
 TEST_CASE("infer --data with bad input: one error line naming file array row and position and no folder left") {

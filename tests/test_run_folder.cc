@@ -23,6 +23,7 @@
 
 #include "engine/checkpoint.h"
 #include "engine/rng.h"
+#include "engine/safetensors.h"
 #include "cli_test_util.h"
 
 namespace {
@@ -182,6 +183,24 @@ TEST_CASE("a second writer into a run folder is refused and named, the lock ends
   // The kernel dropped the lock with the process.
   CHECK(run_cli({"train", "neighbor-sum", "--epochs", "1", "--quiet", "--out", run.string()}, dir, "third") == 0);
   require_one_version(run);
+}
+
+TEST_CASE("resume of a checkpoint without a validation set (val_size 0, a library run) names the entry") {
+  const fs::path dir = scratch("no_val");
+  const fs::path run = dir / "run";
+  REQUIRE(run_cli({"train", "reversal", "--epochs", "1", "--train-size", "64", "--quiet", "--no-pictures", "--out",
+                   run.string()}, dir, "train") == 0);
+  attnkit::SafetensorsFile f = attnkit::read_safetensors((run / "model.safetensors").string());
+  REQUIRE(f.metadata.count("config.val_size") == 1);
+  f.metadata["config.val_size"] = "0";
+  attnkit::write_safetensors((run / "model.safetensors").string(), f.tensors, f.metadata);
+  const fs::path out = dir / "more";
+  Child c({"train", "reversal", "--epochs", "2", "--resume", run.string(), "--out", out.string()}, dir, "resume");
+  REQUIRE(c.wait() == 1);
+  const std::string err = c.stderr_text();
+  INFO(err);
+  CHECK(err.find("model.safetensors: 'config.val_size' = '0': the run had no validation set") != std::string::npos);
+  CHECK_FALSE(fs::exists(out / "model.safetensors"));
 }
 
 TEST_CASE("a signal after the last step (during the final evaluation and save) keeps the finished run") {

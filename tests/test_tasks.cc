@@ -9,6 +9,7 @@
 #include "engine/error.h"
 #include "engine/npy.h"
 #include "engine/npz.h"
+#include "engine/safetensors.h"
 #include "model_reference.h"
 #include "models/rollout.h"
 #include "models/tasks.h"
@@ -335,6 +336,23 @@ TEST_CASE("trainer: 4 epochs + resume to 8 equals 8 epochs, bitwise") {
   const auto meta = read_checkpoint_metadata(path);
   CHECK(model_config_from_metadata(meta, path).d_model == 32);
   CHECK(trainer_options_from_metadata(meta, path).training.snapshot_steps == std::vector<int64_t>{0, 3, 7});
+
+  {  // A data position that is not where the step leaves the data (epoch 5 at step 20 of 5 batches
+     // per epoch) is refused: it would skip or repeat training without a word.
+    SafetensorsFile f = read_safetensors(path);
+    f.metadata["attnkit.epoch"] = "5";
+    const std::string odd = scratch("odd_epoch.safetensors");
+    write_safetensors(odd, f.tensors, f.metadata);
+    Trainer t(c, o8, data(o8));
+    CHECK_THROWS_WITH(t.resume(odd), Catch::Contains("odd_epoch.safetensors: data position (epoch 5, batch 0 of 5 per "
+                                                     "epoch) is not where step 20 leaves the training set"));
+    // The data-order generator's impossible all-zero state (its shuffle would never end).
+    f.metadata["attnkit.epoch"] = "4";
+    f.metadata["attnkit.rng"] = "0 0 0 0";
+    write_safetensors(odd, f.tensors, f.metadata);
+    CHECK_THROWS_WITH(t.resume(odd), Catch::Contains("odd_epoch.safetensors: data-order generator state 'attnkit.rng' "
+                                                     "is all zero"));
+  }
 
   Trainer second(c, o8, data(o8));
   second.resume(path);

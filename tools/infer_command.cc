@@ -52,7 +52,7 @@ bool read_line_tokens(const ModelConfig& c, int64_t line_no, std::vector<int32_t
       throw Error(fmt::format("stdin line {}, position {}: '{}' is not an integer token", line_no, tokens->size(), item));
     if (v < 0 || v >= c.vocab)
       throw Error(fmt::format("stdin line {}, position {}: token {} is outside the vocabulary [0, {})", line_no,
-                              tokens->size(), v, c.vocab));
+                              tokens->size(), item, c.vocab));  // (as written: strtol clamps)
     tokens->push_back(static_cast<int32_t>(v));
   }
   if (static_cast<int64_t>(tokens->size()) != c.seq_len)

@@ -259,6 +259,10 @@ int run_train(const TrainArgs& a, Collective* group) {
     options.training.val_size = data.val.size;
   } else {
     const TrainingConfig& t = options.training;
+    if (t.val_size < 1)  // (a library run may have none; the command line scores every run)
+      throw FileError(resume_checkpoint + ": 'config.val_size' = '" + std::to_string(t.val_size) +
+                      "': the run had no validation set, and `attnkit train --resume` continues runs that have one "
+                      "(resume it from the library, or train anew)");
     check_generated_size(t.train_size + t.val_size, config.seq_len,
                          fmt::format(resume_checkpoint.empty() ? "--train-size {} and --val-size {}"
                                                                : "the checkpoint's train_size {} and val_size {}",
@@ -509,7 +513,7 @@ int run_infer(const InferArgs& a) {
       const long v = std::strtol(item.c_str(), &end, 10);
       if (*end != '\0') throw UsageError("--tokens: '" + item + "' is not an integer");
       if (v < 0 || v >= c.vocab)
-        throw UsageError(fmt::format("--tokens: token {} is outside the vocabulary [0, {})", v, c.vocab));
+        throw UsageError(fmt::format("--tokens: token {} is outside the vocabulary [0, {})", item, c.vocab));
       tokens.push_back(static_cast<int32_t>(v));
     }
   }
