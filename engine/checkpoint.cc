@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "error.h"
+#include "file_bytes.h"
 #include "safetensors.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -27,7 +28,7 @@ constexpr const char* kConfigPrefix = "config.";
 const std::string kMomentM = "optimizer.m.";
 const std::string kMomentV = "optimizer.v.";
 
-std::string quote(const std::string& s) { return "\"" + s + "\""; }
+std::string dquote(const std::string& s) { return "\"" + printable(s) + "\""; }
 
 std::vector<int64_t> dims_of(const Shape& s) {
   return std::vector<int64_t>(s.dims.begin(), s.dims.begin() + s.rank);
@@ -56,7 +57,7 @@ bool parse_u64(const std::string& s, uint64_t* out) {
 const std::string& require_field(const std::map<std::string, std::string>& meta,
                                  const std::string& key, const std::string& path) {
   auto it = meta.find(key);
-  if (it == meta.end()) throw FileError(path + ": checkpoint metadata lacks " + quote(key));
+  if (it == meta.end()) throw FileError(path + ": checkpoint metadata lacks " + dquote(key));
   return it->second;
 }
 
@@ -65,7 +66,7 @@ int64_t parse_count(const std::map<std::string, std::string>& meta, const std::s
   const std::string& s = require_field(meta, key, path);
   uint64_t v = 0;
   if (!parse_u64(s, &v) || v > static_cast<uint64_t>(INT64_MAX))
-    throw FileError(path + ": checkpoint metadata " + quote(key) + " is " + quote(s) +
+    throw FileError(path + ": checkpoint metadata " + dquote(key) + " is " + dquote(s) +
                     ", not a non-negative decimal integer");
   return static_cast<int64_t>(v);
 }
@@ -78,7 +79,7 @@ std::array<uint64_t, 4> parse_rng(const std::map<std::string, std::string>& meta
   for (size_t i = 0; i < 4; ++i) {
     const size_t end = i < 3 ? s.find(' ', pos) : s.size();
     if (end == std::string::npos || !parse_u64(s.substr(pos, end - pos), &state[i]))
-      throw FileError(path + ": checkpoint metadata " + quote(kRngKey) + " is " + quote(s) +
+      throw FileError(path + ": checkpoint metadata " + dquote(kRngKey) + " is " + dquote(s) +
                       ", not four decimal uint64 separated by single spaces");
     pos = end + 1;
   }
@@ -88,26 +89,26 @@ std::array<uint64_t, 4> parse_rng(const std::map<std::string, std::string>& meta
 void check_format(const std::map<std::string, std::string>& meta, const std::string& path) {
   const std::string& f = require_field(meta, kFormatKey, path);
   if (f != kFormat)
-    throw FileError(path + ": checkpoint metadata " + quote(kFormatKey) + " is " + quote(f) +
-                    ", not a supported format (expected " + quote(kFormat) + ")");
+    throw FileError(path + ": checkpoint metadata " + dquote(kFormatKey) + " is " + dquote(f) +
+                    ", not a supported format (expected " + dquote(kFormat) + ")");
 }
 
 // The tensor `name` of the file, checked to be F32 with the parameter's shape.
 const TensorBlob& expect_tensor(const SafetensorsFile& file, const std::string& name,
                                 const std::vector<int64_t>& shape, const std::string& path) {
   const TensorBlob* t = file.find(name);
-  if (t == nullptr) throw FileError(path + ": checkpoint is missing tensor " + quote(name));
+  if (t == nullptr) throw FileError(path + ": checkpoint is missing tensor " + dquote(name));
   if (t->dtype != "F32")
-    throw FileError(path + ": tensor " + quote(name) + " has dtype " + t->dtype +
+    throw FileError(path + ": tensor " + dquote(name) + " has dtype " + t->dtype +
                     ", expected F32");
   if (t->shape != shape)
-    throw FileError(path + ": tensor " + quote(name) + " has shape " + dims_str(t->shape) +
+    throw FileError(path + ": tensor " + dquote(name) + " has shape " + dims_str(t->shape) +
                     " but the model's parameter has shape " + dims_str(shape));
   // parse_safetensors guarantees bytes == numel · 4; re-check cheaply anyway.
   int64_t numel = 1;
   for (int64_t d : shape) numel *= d;
   if (t->bytes.size() != static_cast<size_t>(numel) * sizeof(float))
-    throw FileError(path + ": tensor " + quote(name) + " holds " +
+    throw FileError(path + ": tensor " + dquote(name) + " holds " +
                     std::to_string(t->bytes.size()) + " bytes, expected " +
                     std::to_string(numel * 4));
   return *t;
@@ -138,7 +139,7 @@ void check_finite(const TensorBlob& t, const std::string& path) {
     rest /= t.shape[d];
   }
   const std::string value = std::isnan(v) ? "NaN" : v > 0 ? "Inf" : "-Inf";
-  throw FileError(path + ": tensor " + quote(t.name) + " " + dims_str(t.shape) + " holds " + value +
+  throw FileError(path + ": tensor " + dquote(t.name) + " " + dims_str(t.shape) + " holds " + value +
                   " at flat position " + std::to_string(i) + " (index " + dims_str(index) +
                   "); a checkpoint with non-finite values is not loaded");
 }
@@ -208,7 +209,7 @@ void load_checkpoint(const std::string& path, Executor& ex, Adam* adam, Training
   }
   for (const TensorBlob& t : file.tensors)
     if (!known.count(t.name))
-      throw FileError(path + ": unexpected tensor " + quote(t.name) +
+      throw FileError(path + ": unexpected tensor " + dquote(t.name) +
                       " (the model has no such parameter)");
   struct Copy { const TensorBlob* src; float* dst; };
   std::vector<Copy> copies;

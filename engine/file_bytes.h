@@ -15,7 +15,36 @@ T load_le(const uint8_t* p) {
   return v;
 }
 
-// 'name', for error messages.
-inline std::string quote(const std::string& s) { return "'" + s + "'"; }
+// Text from a file made fit for a one-line error message: bytes that are not printable
+// (control characters, NUL, bytes that are not UTF-8) as \xNN, and at most 200 bytes of it
+// (then "… (N bytes)"), so a hostile header can neither cut the message nor flood the terminal.
+inline std::string printable(const std::string& s) {
+  constexpr size_t kMax = 200;
+  std::string out;
+  size_t i = 0;
+  for (; i < s.size() && out.size() < kMax;) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    for (size_t k = 1; n > 1 && k < n; ++k)
+      if (i + k >= s.size() || (static_cast<unsigned char>(s[i + k]) >> 6) != 2) n = 0;
+    if (n == 1 && c >= 0x20 && c != 0x7F) {
+      out += static_cast<char>(c);
+    } else if (n > 1) {
+      out.append(s, i, n);
+    } else {
+      static const char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+      n = 1;
+    }
+    i += n;
+  }
+  if (i < s.size()) out += "… (" + std::to_string(s.size()) + " bytes)";
+  return out;
+}
+
+// 'name', for error messages (printable()).
+inline std::string quote(const std::string& s) { return "'" + printable(s) + "'"; }
 
 }  // namespace attnkit

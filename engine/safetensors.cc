@@ -12,6 +12,7 @@
 #include <set>
 
 #include "engine/error.h"
+#include "engine/file_bytes.h"
 #include "engine/file_io.h"
 
 namespace attnkit {
@@ -23,7 +24,6 @@ using nlohmann::json;
 constexpr uint64_t kMaxHeader = 100'000'000;  // as the reference implementation
 constexpr const char* kMetadataKey = "__metadata__";
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 std::string range_text(uint64_t begin, uint64_t end) {
   return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
@@ -61,7 +61,7 @@ json parse_header_json(const std::string& text, const std::string& what) {
   try {
     header = json::parse(text, callback);
   } catch (const json::exception& e) {
-    throw FileError(what + ": header is not valid JSON: " + e.what());
+    throw FileError(what + ": header is not valid JSON: " + printable(e.what()));
   }
   if (!duplicate.empty()) throw FileError(what + ": header has a " + duplicate);
   if (!header.is_object())

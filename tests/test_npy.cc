@@ -19,6 +19,7 @@
 #include "file_test_util.h"
 #include "skip_test_util.h"
 #include "engine/file_io.h"
+#include "engine/file_bytes.h"
 #include "engine/npy.h"
 #include "engine/npz.h"
 
@@ -463,6 +464,36 @@ TEST_CASE("an .npz entry needing more memory than the process can have is a File
   const auto arrays = read_npz(path);
   REQUIRE(arrays.count("X_train"));
   CHECK(arrays.at("X_train").shape == std::vector<int64_t>{kHugeSequences, kHugeSeqLen});
+}
+
+// An .npy image with the given header text (padded as numpy pads it) and no data.
+std::vector<uint8_t> npy_with_header(std::string header) {
+  header += std::string(63 - (10 + header.size()) % 64, ' ') + "\n";
+  std::string image = std::string("\x93NUMPY\x01\x00", 8);
+  image += static_cast<char>(header.size() & 0xFF);
+  image += static_cast<char>(header.size() >> 8);
+  image += header;
+  return std::vector<uint8_t>(image.begin(), image.end());
+}
+
+std::string parse_error(const std::vector<uint8_t>& b) {
+  try {
+    parse_npy(b.data(), b.size(), "x.npy");
+  } catch (const FileError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_CASE("header text in messages: control bytes and bytes that are not UTF-8 escaped, length bounded", "[malformed]") {
+  const std::string nul = parse_error(npy_with_header(std::string("{'descr': '<i4") + '\0' + "zz', 'fortran_order': False, 'shape': (3,), }"));
+  CHECK(nul == "x.npy: unsupported dtype '<i4\\x00zz' (no item size)");
+  const std::string nested = parse_error(npy_with_header("{'descr': " + std::string(5000, '(') + "}"));
+  CHECK(nested.rfind("x.npy: header is not a valid Python dict literal", 0) == 0);
+  CHECK(nested.size() < 400);
+  INFO(nested);
+  CHECK(nested.find(" bytes)") != std::string::npos);
+  CHECK(printable("ok \xd1\x8f \xff\x01") == "ok \xd1\x8f \\xff\\x01");  // я kept, the rest escaped
 }
 
 TEST_CASE("missing files are a FileError naming the path", "[malformed]") {
