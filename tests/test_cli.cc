@@ -228,6 +228,10 @@ TEST_CASE("resume: losses loss.csv lacks are nan, numbering kept, a bare checkpo
     if (name == "short") std::ofstream(copy / "loss.csv") << three;
     else if (name == "cut") std::ofstream(copy / "loss.csv") << three << "4,";
     else if (name == "header") std::ofstream(copy / "loss.csv") << "step,loss";
+    else if (name == "crlf") {  // saved by a Windows editor: every line ends in \r\n
+      std::ofstream crlf(copy / "loss.csv");
+      for (size_t n = 0; n <= 10; ++n) crlf << full_losses[n] << "\r\n";
+    }
     else if (name == "cut-number") std::ofstream(copy / "loss.csv") << three << full_losses[4].substr(0, full_losses[4].size() - 1);
     else fs::remove(copy / name);
     return copy;
@@ -266,6 +270,11 @@ TEST_CASE("resume: losses loss.csv lacks are nan, numbering kept, a bare checkpo
           std::string::npos);
     check_losses(dir / ("out-no-" + std::string(cut)), 4);
   }
+  // Windows line ends read as the same losses: no warning, the uninterrupted run's loss.csv.
+  const Result crlf = attnkit(resume(copy_without("crlf")), dir);
+  REQUIRE(crlf.code == 0);
+  CHECK(crlf.err.empty());
+  CHECK(slurp(dir / "out-no-crlf" / "loss.csv") == slurp(dir / "full" / "loss.csv"));
   // The header alone, even without its newline: no losses (all ten nan), not an error.
   const Result h = attnkit(resume(copy_without("header")), dir);
   REQUIRE(h.code == 0);

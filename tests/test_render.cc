@@ -392,6 +392,10 @@ TEST_CASE("attention input: ranks 2-4 accepted, other shapes, dtypes and NaN are
   bad[5] = NAN;
   CHECK_THROWS_WITH(attention_from_npy(make_npy(bad.data(), {6, 4, 4}), "n.npy"),
                     Catch::Contains("n.npy: weight nan at query 1, key 1"));
+  std::vector<double> huge = w64;  // finite in the file, but not a float32
+  huge[5] = 1e300;
+  CHECK_THROWS_WITH(attention_from_npy(make_npy(huge.data(), {6, 4, 4}), "h.npy"),
+                    Catch::Contains("h.npy: weight 1e+300 at query 1, key 1 (map 0) is outside float32's range"));
 
   std::vector<float> scores = w;
   for (float& x : scores) x = x * 5 - 0.5f;  // not a softmax: negative, above 1, rows summing to 3

@@ -521,6 +521,7 @@ std::vector<float> read_loss_csv(const std::string& path) {
     while (end < bytes.size() && bytes[end] != '\n') ++end;
     if (end == bytes.size()) return false;
     out->assign(bytes.begin() + static_cast<std::ptrdiff_t>(pos), bytes.begin() + static_cast<std::ptrdiff_t>(end));
+    if (!out->empty() && out->back() == '\r') out->pop_back();  // (a file saved with Windows line ends)
     pos = end + 1;
     return true;
   };

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "engine/error.h"
@@ -43,9 +44,16 @@ AttentionArray attention_from_npy(const NpyArray& a, const std::string& what) {
   for (size_t i = 0; i < out.weights.size(); ++i)
     if (!std::isfinite(out.weights[i])) {
       const int64_t k = static_cast<int64_t>(i), row = k / out.cols % out.rows, col = k % out.cols;
-      throw FileError(what + ": weight " + std::to_string(out.weights[i]) + " at query " + std::to_string(row) +
-                      ", key " + std::to_string(col) + " (map " + std::to_string(k / out.map_size()) +
-                      ") is not finite");
+      const std::string where = " at query " + std::to_string(row) + ", key " + std::to_string(col) + " (map " +
+                                std::to_string(k / out.map_size()) + ")";
+      double stored = out.weights[i];  // a float64 file's own value (finite, but beyond float32)
+      if (a.descr == "<f8") std::memcpy(&stored, a.bytes.data() + i * 8, 8);
+      if (std::isfinite(stored)) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%g", stored);
+        throw FileError(what + ": weight " + buf + where + " is outside float32's range");
+      }
+      throw FileError(what + ": weight " + std::to_string(out.weights[i]) + where + " is not finite");
     }
   return out;
 }
