@@ -185,6 +185,35 @@ TEST_CASE("a second writer into a run folder is refused and named, the lock ends
   require_one_version(run);
 }
 
+TEST_CASE("--out through a symbolic link replaces the folder it points to, and a folder keeps its permissions") {
+  const fs::path dir = scratch("symlink_out");
+  const fs::path target = dir / "target", link = dir / "link";
+  fs::create_directories(target);
+  ::chmod(target.c_str(), 0750);
+  fs::create_directory_symlink("target", link);
+  const std::vector<std::string> train = {"train", "reversal", "--epochs", "1", "--train-size", "64", "--quiet",
+                                          "--no-pictures", "--out"};
+  for (int round = 0; round < 2; ++round) {  // a new folder's first version, then a second one
+    std::vector<std::string> args = train;
+    args.push_back(link.string());
+    REQUIRE(run_cli(args, dir, "train") == 0);
+    CHECK(fs::is_symlink(link));
+    CHECK(fs::read_symlink(link) == "target");
+    CHECK(fs::exists(target / "model.safetensors"));
+    struct stat st {};
+    REQUIRE(::stat(target.c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0750);
+    require_one_version(target);
+  }
+  fs::create_directory_symlink("nowhere", dir / "dangling");
+  std::vector<std::string> args = train;
+  args.push_back((dir / "dangling").string());
+  Child c(args, dir, "dangling");
+  REQUIRE(c.wait() == 1);
+  CHECK(c.stderr_text().find("dangling: is a symbolic link to a folder that is not there (nowhere)") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "nowhere"));
+}
+
 TEST_CASE("resume of a checkpoint without a validation set (val_size 0, a library run) names the entry") {
   const fs::path dir = scratch("no_val");
   const fs::path run = dir / "run";

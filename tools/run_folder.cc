@@ -559,6 +559,13 @@ RunFolderWriter::RunFolderWriter(const std::string& dir, const std::string& hold
                       "; a new version replaces the whole folder, so run from outside it (e.g. cd .. and "
                       "--out " + target.filename().string() + ")");
   }
+  // A symbolic link to a folder: the versions replace the folder it points to, the link stays.
+  std::error_code link_ec;
+  if (fs::is_symlink(fs::symlink_status(dir_, link_ec))) {
+    if (dir_ec) throw FileError(dir_ + ": is a symbolic link to a folder that is not there (" +
+                                fs::read_symlink(dir_, link_ec).string() + "); create it or choose another --out");
+    dir_ = target.string();
+  }
   parent_ = fs::path(dir_).parent_path().string();
   if (parent_.empty()) parent_ = ".";
   std::error_code ec;
@@ -638,6 +645,9 @@ void RunFolderWriter::commit(CarryOver keep) {
       throw FileError(dir_ + "/" + name + ": cannot carry it over into the new version: " + e.what());
     }
   }
+  // The new version keeps the folder's permissions (a folder made read-only for others stays so).
+  struct stat old_st {};
+  if (::stat(dir_.c_str(), &old_st) == 0) ::chmod(staging_.c_str(), old_st.st_mode & 07777);
   sync_dir(staging_);
   // One rename swaps the two folders; where the filesystem cannot exchange, two renames do,
   // with a moment in which the folder is missing.
