@@ -185,7 +185,7 @@ TEST_CASE("a second writer into a run folder is refused and named, the lock ends
   require_one_version(run);
 }
 
-TEST_CASE("--out through a symbolic link replaces the folder it points to, and a folder keeps its permissions") {
+TEST_CASE("an --out that is a symbolic link replaces the folder it points to, and a folder keeps its permissions") {
   const fs::path dir = scratch("symlink_out");
   const fs::path target = dir / "target", link = dir / "link";
   fs::create_directories(target);
