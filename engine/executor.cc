@@ -18,6 +18,7 @@
 
 #include "engine/barrier.h"
 #include "engine/error.h"
+#include "engine/file_io.h"
 #include "engine/rng.h"
 #include "engine/simd_target.h"
 #include "ops/gemm_bf16.h"
@@ -218,19 +219,19 @@ MemoryPlan Executor::make_plan(const Graph& graph, const ExecutorOptions& option
 
 namespace {
 
-// Buffers larger than the machine's memory are refused up front: under Linux's overcommit
-// each allocation may succeed and the process then thrash or meet the OOM killer while the
-// arena is zeroed.
+// Buffers larger than the process may have (memory_limit: physical memory, lower rlimits)
+// are refused up front: under Linux's overcommit each allocation may succeed and the process
+// then thrash or meet the OOM killer while the arena is zeroed.
 void check_memory(const MemoryPlan& plan, int64_t param_count, int64_t input_bytes) {
   const double params = 2.0 * 4.0 * static_cast<double>(param_count);  // values and gradients
   const double need = static_cast<double>(plan.arena_bytes) + static_cast<double>(plan.kept_bytes) + params +
                       static_cast<double>(input_bytes);
-  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  if (memory <= 0 || need <= memory) return;
+  const double memory = static_cast<double>(memory_limit());
+  if (need <= memory) return;
   char buf[320];
   std::snprintf(buf, sizeof buf,
                 "the graph needs %.1f GB (arena %.1f GB, kept tensors %.1f GB, %lld parameters with their gradients "
-                "%.1f GB, inputs %.1f GB), more than this machine's %.1f GB of memory",
+                "%.1f GB, inputs %.1f GB), more than the %.1f GB of memory this process may have",
                 need / 1e9, static_cast<double>(plan.arena_bytes) / 1e9, static_cast<double>(plan.kept_bytes) / 1e9,
                 static_cast<long long>(param_count), params / 1e9, static_cast<double>(input_bytes) / 1e9,
                 memory / 1e9);

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <new>
 
 #include "engine/error.h"
@@ -200,6 +202,18 @@ void write_file_atomic(const std::string& path, const std::function<void(std::FI
 
 void write_file_atomic(const std::string& path, const void* data, size_t size) {
   write_file_atomic(path, [&](std::FILE* f) { write_bytes(f, data, size, path); });
+}
+
+uint64_t memory_limit() {
+  uint64_t limit = std::numeric_limits<uint64_t>::max();
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) limit = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+  for (int resource : {RLIMIT_AS, RLIMIT_DATA}) {
+    struct rlimit r;
+    if (getrlimit(resource, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+      limit = std::min<uint64_t>(limit, static_cast<uint64_t>(r.rlim_cur));
+  }
+  return limit;
 }
 
 }  // namespace attnkit

@@ -34,4 +34,10 @@ void write_file_atomic(const std::string& path, const void* data, size_t size);
 // fwrite that throws FileError (naming `path`) on a short write. For use inside callbacks.
 void write_bytes(std::FILE* f, const void* data, size_t size, const std::string& path);
 
+// The most memory this process can have: the machine's physical memory, lowered by the
+// RLIMIT_AS and RLIMIT_DATA soft limits when they are set. Buffers larger than it are refused
+// before any of them is allocated (zero-filling such a buffer would get the process killed
+// rather than throw): .npz entries, an executor's arena, the CLI's generated data sets.
+uint64_t memory_limit();
+
 }  // namespace attnkit

@@ -37,22 +37,6 @@ constexpr size_t kZip64EndLen = 56, kZip64LocatorLen = 20;
 constexpr uint64_t kMaxDeflateRatio = 1032;
 constexpr uint64_t kMaxNpzTotal = 1ull << 34;  // total uncompressed bytes, 16 GiB
 
-// The most memory this process can have: the machine's physical memory, lowered by the
-// RLIMIT_AS and RLIMIT_DATA soft limits when they are set. An entry whose uncompressed bytes
-// exceed it is refused before any of it is allocated (zero-filling such a buffer would get the
-// process killed rather than throw).
-uint64_t memory_limit() {
-  uint64_t limit = std::numeric_limits<uint64_t>::max();
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  if (pages > 0 && page > 0) limit = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
-  for (int resource : {RLIMIT_AS, RLIMIT_DATA}) {
-    struct rlimit r;
-    if (getrlimit(resource, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
-      limit = std::min<uint64_t>(limit, static_cast<uint64_t>(r.rlim_cur));
-  }
-  return limit;
-}
-
 struct ZipEntry {
   std::string name;
   uint16_t flags = 0, method = 0;

@@ -27,7 +27,7 @@ std::string float_text(float v) {
 // A model too large for the machine's memory fails to allocate; the Error names the sizes
 // instead of leaving a bare std::bad_alloc.
 [[noreturn]] void too_large(const ModelConfig& c, int64_t max_batch, const char* why) {
-  throw Error("cannot allocate the model (batch " + std::to_string(max_batch) + ", T = " +
+  throw MemoryError("cannot allocate the model (batch " + std::to_string(max_batch) + ", T = " +
               std::to_string(c.seq_len) + ", d_model = " + std::to_string(c.d_model) + ", heads = " +
               std::to_string(c.heads) + ", layers = " + std::to_string(c.layers) + ", vocab = " +
               std::to_string(c.vocab) + "): " + why);

@@ -295,6 +295,15 @@ TEST_CASE("infer --data: npz and npy in, predictions logits attention rollout an
       CHECK(m["accuracy"].is_null());
     }
   }
+  {  // Few sequences, a large --batch-size: buffers of the data's size (metrics name the batch used).
+    attnkit::write_npy((dir / "three.npy").string(), x.data(), {3, 10});
+    const fs::path out = dir / "three";
+    REQUIRE(run_cli({"infer", "--checkpoint", trained_run().string(), "--data", (dir / "three.npy").string(), "--out",
+                     out.string(), "--batch-size", "100000", "--quiet"},
+                    dir, "three") == 0);
+    CHECK(json_file(out / "metrics.json")["batch_size"] == 3);
+    CHECK(attnkit::read_npy((out / "predictions.npy").string()).shape == std::vector<int64_t>{3, 10});
+  }
   // A subset of the maps, and none.
   REQUIRE(run_cli({"infer", "--checkpoint", trained_run().string(), "--data", (dir / "x.npy").string(), "--out",
                    (dir / "some").string(), "--attention", "7,3,1200", "--quiet"},

@@ -14,6 +14,7 @@
 
 #include <fmt/core.h>
 
+#include "engine/checkpoint.h"
 #include "engine/error.h"
 #include "engine/npy.h"
 #include "models/predictor.h"
@@ -82,15 +83,30 @@ int run_infer_data(const InferArgs& a) {
   PredictorOptions po;
   po.threads = a.threads;
   po.precision = parse_precision(a.precision);
-  po.max_batch = a.data == "-" ? 1 : a.batch_size;
-  Predictor p = Predictor::load(a.checkpoint, po);
-  if (a.data == "-") return infer_stdin(a, p);
+  if (a.data == "-") {
+    po.max_batch = 1;
+    Predictor p = Predictor::load(a.checkpoint, po);
+    return infer_stdin(a, p);
+  }
   if (a.out.empty()) throw UsageError("--data FILE needs --out DIR for predictions.npy and the maps");
+  // The data first (checked against the checkpoint's config), then a predictor no larger than
+  // it: a few sequences at --batch-size 10000 need no buffers of 10 000.
+  const std::string file = fs::is_directory(a.checkpoint) ? (fs::path(a.checkpoint) / "model.safetensors").string()
+                                                           : a.checkpoint;
+  const ModelConfig config = model_config_from_metadata(read_checkpoint_metadata(file), file);
+  bool has_targets = false;
+  const Dataset d = load_sequences(a.data, config, "the checkpoint " + a.checkpoint, &has_targets);
+  po.max_batch = std::max<int64_t>(1, std::min<int64_t>(a.batch_size, d.size));
+  Predictor p = [&] {
+    try {
+      return Predictor::load(a.checkpoint, po);
+    } catch (const MemoryError& e) {
+      throw MemoryError(std::string(e.what()) + "; a smaller --batch-size needs less");
+    }
+  }();
   const ModelConfig& c = p.config();
   const int64_t T = c.seq_len, L = c.layers, H = c.heads, C = c.classes;
 
-  bool has_targets = false;
-  const Dataset d = load_sequences(a.data, c, "the checkpoint " + a.checkpoint, &has_targets);
   bool all = false;
   const std::vector<int64_t> chosen = selected_sequences(a.attention, d.size, &all);
   const int64_t maps = all ? d.size : static_cast<int64_t>(chosen.size());
@@ -185,14 +201,15 @@ int run_infer_data(const InferArgs& a) {
     written.push_back("metrics.json");
     writer.commit(CarryOver::kUserFiles);
     if (!a.quiet) {
+      const char* plural = d.size == 1 ? "" : "s";
       if (has_targets && acc.total > 0)
-        fmt::print("{} sequences in {:.2f} s ({:.0f}/s): accuracy {:.4f} ({} of {} positions)\n", d.size, seconds,
+        fmt::print("{} sequence{} in {:.2f} s ({:.0f}/s): accuracy {:.4f} ({} of {} positions)\n", d.size, plural, seconds,
                    d.size / std::max(seconds, 1e-9), acc.value(), acc.correct, acc.total);
       else if (has_targets)
-        fmt::print("{} sequences in {:.2f} s ({:.0f}/s): no accuracy: no position has a target (all -1)\n", d.size,
-                   seconds, d.size / std::max(seconds, 1e-9));
+        fmt::print("{} sequence{} in {:.2f} s ({:.0f}/s): no accuracy: no position has a target (all -1)\n", d.size,
+                   plural, seconds, d.size / std::max(seconds, 1e-9));
       else
-        fmt::print("{} sequences in {:.2f} s ({:.0f}/s)\n", d.size, seconds, d.size / std::max(seconds, 1e-9));
+        fmt::print("{} sequence{} in {:.2f} s ({:.0f}/s)\n", d.size, plural, seconds, d.size / std::max(seconds, 1e-9));
       std::string names;
       for (const auto& x : written) names += (names.empty() ? "" : ", ") + x;
       fmt::print("wrote {}/: {}\n", a.out, names);

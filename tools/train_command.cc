@@ -119,10 +119,10 @@ class StopSignals {
 // machine's memory are refused before anything is allocated. `what` names where n came from.
 void check_generated_size(int64_t n, int64_t T, const std::string& what) {
   const double bytes = static_cast<double>(n) * static_cast<double>(T) * 2 * sizeof(int32_t);
-  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  if (memory > 0 && bytes > memory)
-    throw UsageError(fmt::format("{}: {} sequences of T = {} take {:.1f} GB as tokens and targets, more than this "
-                                 "machine's {:.1f} GB of memory",
+  const double memory = static_cast<double>(memory_limit());
+  if (bytes > memory)
+    throw UsageError(fmt::format("{}: {} sequences of T = {} take {:.1f} GB as tokens and targets, more than the "
+                                 "{:.1f} GB of memory this process may have",
                                  what, n, T, bytes / 1e9, memory / 1e9));
 }
 
