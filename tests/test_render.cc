@@ -814,6 +814,16 @@ TEST_CASE("attnkit render: files, run folders, exit codes", "[render][cli]") {
     CHECK_THAT(r.err, Catch::Contains("wide.npy [64, 1024, 2, 2]: 65536 maps of 2 x 2 make a picture of") &&
                           Catch::Contains("--layer L and --head H"));
     CHECK_FALSE(fs::exists(dir / "wide.png"));
+    // Wide enough only at the default 2 pixels per point (19 344 points), and a .PNG name.
+    const std::vector<float> half(128 * 4, 0.5f);
+    write_npy((dir / "h128.npy").string(), half.data(), {1, 128, 1, 2});
+    for (const char* name : {"h128.png", "h128.PNG"}) {
+      r = sh(cli + " render '" + (dir / "h128.npy").string() + "' --out '" + (dir / name).string() + "'", dir);
+      CHECK(r.code == 1);
+      CHECK_THAT(r.err, Catch::Contains("h128.npy [1, 128, 1, 2]: 128 maps of 1 x 2 make a picture of"));
+    }
+    r = sh(cli + " render '" + (dir / "h128.npy").string() + "' --scale 1 --out '" + (dir / "h128.png").string() + "'", dir);
+    CHECK(r.code == 0);  // 19 344 pixels wide at one pixel per point
   }
 
   // A run folder's arrays and steps get the checks an .npy file gets: NaN, integer weights and

@@ -153,19 +153,31 @@ Image rasterize(const Figure& f, double scale) {
   return img;
 }
 
+namespace {
+
+bool ends_with_ci(const std::string& path, const char* ext) {
+  const std::string e(ext);
+  return path.size() >= e.size() && std::equal(e.rbegin(), e.rend(), path.rbegin(), [](char a, char b) {
+           return a == std::tolower(static_cast<unsigned char>(b));
+         });
+}
+
+}  // namespace
+
+bool is_png_path(const std::string& path) { return ends_with_ci(path, ".png"); }
+
+double png_pixel_scale(const Figure& figure, double png_scale) {
+  // Very large pictures (a 128-token link diagram of 8 heads) at 1 pixel per point at least,
+  // not 2: some 16 megapixels are enough for any screen or slide.
+  const double pixels = figure.width() * figure.height() * png_scale * png_scale;
+  if (pixels > 16e6) png_scale = std::max(std::min(png_scale, 1.0), std::sqrt(16e6 / (figure.width() * figure.height())));
+  return png_scale;
+}
+
 void save_figure(const Figure& figure, const std::string& path, double png_scale) {
-  auto ends_with = [&path](const char* ext) {
-    const std::string e(ext);
-    return path.size() >= e.size() && std::equal(e.rbegin(), e.rend(), path.rbegin(),
-                                                  [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); });
-  };
-  if (ends_with(".png")) {
-    // Very large pictures (a 128-token link diagram of 8 heads) at 1 pixel per point at least,
-    // not 2: some 16 megapixels are enough for any screen or slide.
-    const double pixels = figure.width() * figure.height() * png_scale * png_scale;
-    if (pixels > 16e6) png_scale = std::max(std::min(png_scale, 1.0), std::sqrt(16e6 / (figure.width() * figure.height())));
-    write_png(path, rasterize(figure, png_scale));
-  } else if (ends_with(".svg")) {
+  if (is_png_path(path)) {
+    write_png(path, rasterize(figure, png_pixel_scale(figure, png_scale)));
+  } else if (ends_with_ci(path, ".svg")) {
     const std::string svg = to_svg(figure);
     write_file_atomic(path, svg.data(), svg.size());
   } else {

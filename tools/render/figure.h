@@ -79,5 +79,9 @@ std::string xml_escape(const std::string& s);
 
 // Writes the figure as PNG or SVG by the path's extension (.png / .svg); throws Error otherwise.
 void save_figure(const Figure& figure, const std::string& path, double png_scale);
+// Whether save_figure writes `path` as a PNG (".png" in any case), and the pixels per point it
+// draws a figure at for a requested png_scale (less for pictures over 16 megapixels, ≥ 1).
+bool is_png_path(const std::string& path);
+double png_pixel_scale(const Figure& figure, double png_scale);
 
 }  // namespace attnkit::render

@@ -95,13 +95,13 @@ std::vector<std::string> render_attention_file(const RenderRequest& r) {
   // A picture wider or taller than a PNG may be (32768 pixels, at one pixel per point at the
   // least): an error naming the array and what to draw instead, before anything is rasterized.
   auto save = [&](const Figure& f, size_t maps) {
-    const bool png = fs::path(r.output).extension() == ".png";
-    if (png && std::max(f.width(), f.height()) > 32768)
+    const double scale = png_pixel_scale(f, r.scale);
+    const double w = std::ceil(f.width() * scale), h = std::ceil(f.height() * scale);
+    if (is_png_path(r.output) && std::max(w, h) > 32768)
       throw Error(input + " " + shape + ": " + std::to_string(maps) + " map" + (maps == 1 ? "" : "s") + " of " +
                   std::to_string(a.rows) + " x " + std::to_string(a.cols) + " make a picture of " +
-                  std::to_string(static_cast<long long>(std::ceil(f.width()))) + " x " +
-                  std::to_string(static_cast<long long>(std::ceil(f.height()))) +
-                  " points, over a PNG's 32768 pixels a side: pick maps with --layer L and --head H, or write .svg");
+                  std::to_string(static_cast<long long>(w)) + " x " + std::to_string(static_cast<long long>(h)) +
+                  " pixels, over a PNG's 32768 a side: pick maps with --layer L and --head H, or write .svg");
     save_figure(f, r.output, r.scale);
   };
 
