@@ -10,6 +10,7 @@
 #include <set>
 
 #include "engine/error.h"
+#include "engine/file_bytes.h"
 #include "models/model_config_json.h"
 #include "models/trainer.h"
 
@@ -65,7 +66,7 @@ int64_t int_entry(const std::map<std::string, std::string>& meta, const std::str
   const std::string& s = entry(meta, key, path);
   int64_t v = 0;
   if (!parse_int(s, &v))
-    throw FileError(path + ": checkpoint metadata 'config." + key + "' = '" + s + "' is not an integer");
+    throw FileError(path + ": checkpoint metadata 'config." + key + "' = '" + printable(s) + "' is not an integer");
   return v;
 }
 
@@ -74,7 +75,7 @@ int64_t int_entry_in(const std::map<std::string, std::string>& meta, const std::
                      const std::string& path) {
   const int64_t v = int_entry(meta, key, path);
   if (v < lo || v > hi)
-    throw FileError(path + ": checkpoint metadata 'config." + key + "' = '" + entry(meta, key, path) +
+    throw FileError(path + ": checkpoint metadata 'config." + key + "' = '" + printable(entry(meta, key, path)) +
                     "' is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return v;
 }
@@ -88,7 +89,7 @@ json model_json_from_metadata(const std::map<std::string, std::string>& meta, co
     const std::string& s = entry(meta, key, path);
     if (proto.is_boolean()) {
       if (s != "true" && s != "false")
-        throw FileError(path + ": checkpoint metadata 'config." + key + "' = '" + s + "' is not true/false");
+        throw FileError(path + ": checkpoint metadata 'config." + key + "' = '" + printable(s) + "' is not true/false");
       j[key] = s == "true";
     } else if (proto.is_number_integer()) {
       j[key] = int_entry(meta, key, path);
@@ -216,7 +217,7 @@ void require_known_task(const ModelConfig& c, const std::string& path) {
   if (std::find(tasks.begin(), tasks.end(), c.task) != tasks.end()) return;
   std::string known;
   for (const auto& t : tasks) known += (known.empty() ? "" : ", ") + t;
-  throw FileError(path + ": checkpoint metadata 'config.task' = '" + c.task + "' is not a task (known: " + known + ")");
+  throw FileError(path + ": checkpoint metadata 'config.task' = '" + printable(c.task) + "' is not a task (known: " + known + ")");
 }
 
 TrainerOptions trainer_options_from_metadata(const std::map<std::string, std::string>& meta, const std::string& path) {
@@ -233,7 +234,7 @@ TrainerOptions trainer_options_from_metadata(const std::map<std::string, std::st
   char* end = nullptr;
   o.training.lr = std::strtof(lr.c_str(), &end);
   if (lr.empty() || *end != '\0' || !(o.training.lr > 0) || !std::isfinite(o.training.lr))
-    throw FileError(path + ": checkpoint metadata 'config.lr' = '" + lr + "' is not a positive finite number");
+    throw FileError(path + ": checkpoint metadata 'config.lr' = '" + printable(lr) + "' is not a positive finite number");
   const int64_t max_size = o.data_path.empty() ? kMaxGeneratedSize : kMaxInt;
   o.training.train_size = int_entry_in(meta, "train_size", 1, max_size, path);
   o.training.val_size = int_entry_in(meta, "val_size", 0, max_size, path);  // a Trainer may have none
@@ -245,7 +246,7 @@ TrainerOptions trainer_options_from_metadata(const std::map<std::string, std::st
       const std::string item = steps.substr(pos, comma - pos);
       int64_t v = 0;
       if (!parse_int(item, &v) || v < 0)
-        throw FileError(path + ": checkpoint metadata 'config.snapshot_steps' = '" + steps + "' is malformed");
+        throw FileError(path + ": checkpoint metadata 'config.snapshot_steps' = '" + printable(steps) + "' is malformed");
       o.training.snapshot_steps.push_back(v);
       pos = comma + 1;
     }
@@ -256,7 +257,7 @@ TrainerOptions trainer_options_from_metadata(const std::map<std::string, std::st
   if (fingerprint != meta.end()) {
     const std::string& f = fingerprint->second;
     if (f.size() != 16 || f.find_first_not_of("0123456789abcdef") != std::string::npos)
-      throw FileError(path + ": checkpoint metadata 'config.data_fnv1a' = '" + f + "' is not 16 hex digits");
+      throw FileError(path + ": checkpoint metadata 'config.data_fnv1a' = '" + printable(f) + "' is not 16 hex digits");
     o.data_fingerprint = f;
   }
   return o;
@@ -322,7 +323,7 @@ void check_config_against_tensors(const ModelConfig& c, const SafetensorsHeader&
   for (const TensorInfo* t : params)
     if (!declared.count(t->name))
       throw FileError(path + ": " + field_text(structural_field(t->name)) + " but the checkpoint has tensor '" +
-                      t->name + "' " + dims_text(t->shape) + " (a model of this config has none)");
+                      printable(t->name) + "' " + dims_text(t->shape) + " (a model of this config has none)");
 }
 
 }  // namespace attnkit

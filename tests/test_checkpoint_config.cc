@@ -220,6 +220,8 @@ TEST_CASE("every corrupted checkpoint entry is a FileError naming the file, the 
   expect("val_size", "1000000000", "'config.val_size' = '1000000000' is outside [0, 100000000]");
   expect("sample", "500", "'config.sample' = '500' is outside [0, 499]");
   expect("task", "foo", "'config.task' = 'foo' is not a task (known: neighbor-sum");
+  // Control bytes (a terminal title sequence) are escaped in the message, not sent to the terminal.
+  expect("epochs", "x\a\x1b]0;title\a", "'config.epochs' = 'x\\x07\\x1b]0;title\\x07' is not an integer");
   // reversal's head has no hidden layer: its mlp_hidden is unused, but not any number.
   write_checkpoint(real, lesson_config("reversal"));
   expect("mlp_hidden", "-1", "mlp_hidden must be >= 0, got -1");

@@ -494,6 +494,7 @@ TEST_CASE("header text in messages: control bytes and bytes that are not UTF-8 e
   INFO(nested);
   CHECK(nested.find(" bytes)") != std::string::npos);
   CHECK(printable("ok \xd1\x8f \xff\x01") == "ok \xd1\x8f \\xff\\x01");  // я kept, the rest escaped
+  CHECK(printable("a\xc2\x9b[2Jb\xc2\xa0") == "a\\xc2\\x9b[2Jb\xc2\xa0");  // CSI (U+009B) escaped, U+00A0 kept
 }
 
 TEST_CASE("missing files are a FileError naming the path", "[malformed]") {
