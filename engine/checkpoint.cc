@@ -181,7 +181,8 @@ void save_checkpoint(const std::string& path, const Executor& ex, const Adam* ad
   write_safetensors(path, views, meta);
 }
 
-void load_checkpoint(const std::string& path, Executor& ex, Adam* adam, TrainingState& st) {
+void load_checkpoint(const std::string& path, Executor& ex, Adam* adam, TrainingState& st,
+                     const std::function<void(const TrainingState&)>& check) {
   const Graph& g = ex.graph();
   if (adam != nullptr && adam->size() != ex.param_count())
     throw Error("load_checkpoint " + path + ": Adam holds " + std::to_string(adam->size()) +
@@ -223,6 +224,7 @@ void load_checkpoint(const std::string& path, Executor& ex, Adam* adam, Training
   }
 
   for (const Copy& c : copies) check_finite(*c.src, path);
+  if (check) check(loaded);
 
   // Everything checked: commit. Nothing below throws.
   for (const Copy& c : copies)

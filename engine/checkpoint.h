@@ -12,6 +12,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -41,7 +42,11 @@ void save_checkpoint(const std::string& path, const Executor& ex, const Adam* ad
 // and the tensor for a missing or unexpected tensor, a wrong dtype, a shape that differs from
 // the parameter's, a NaN or Inf in a parameter or moment (the message gives the flat position
 // and the index), or missing/garbled metadata. On any error nothing in ex, adam or st changes.
-void load_checkpoint(const std::string& path, Executor& ex, Adam* adam, TrainingState& st);
+// `check`, when given, sees the file's TrainingState (step, data position, RNG state, config)
+// after the metadata is parsed and before anything changes; what it throws is passed on, with
+// nothing changed (e.g. a trainer's check that the data position fits its training set).
+void load_checkpoint(const std::string& path, Executor& ex, Adam* adam, TrainingState& st,
+                     const std::function<void(const TrainingState&)>& check = {});
 
 // The file's whole "__metadata__" (e.g. to rebuild the model from its "config." entries
 // before loading). Throws FileError if the file is not a valid safetensors file or has no

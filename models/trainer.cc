@@ -66,9 +66,10 @@ ModelRunner::ModelRunner(const ModelConfig& config, int64_t max_batch, int threa
   too_large(config, max_batch, "larger than a buffer can be");
 }
 
-TrainingState ModelRunner::load(const std::string& path, Adam* adam) {
+TrainingState ModelRunner::load(const std::string& path, Adam* adam,
+                                const std::function<void(const TrainingState&)>& check) {
   TrainingState st;
-  load_checkpoint(path, *executor_, adam, st);
+  load_checkpoint(path, *executor_, adam, st, check);
   return st;
 }
 
@@ -143,20 +144,26 @@ void Trainer::resume(const std::string& path) {
                     (options_.data_path.empty() ? std::string("the generated data")
                                                 : options_.data_path + " holds other data") +
                     " (fingerprint " + (options_.data_fingerprint.empty() ? "none" : options_.data_fingerprint) + ")");
-  const TrainingState st = runner_.load(path, adam_.get());
-  if (st.batch_in_epoch < 0 || st.batch_in_epoch >= batches_per_epoch() || st.epoch < 0)
-    throw FileError(path + ": data position (epoch " + std::to_string(st.epoch) + ", batch " +
-                    std::to_string(st.batch_in_epoch) + ") does not fit this training set");
-  // xoshiro256** never leaves the all-zero state (a checkpoint saved without a data-order
-  // generator has it): every draw would be 0 and the shuffle would never end.
-  if ((st.rng_state[0] | st.rng_state[1] | st.rng_state[2] | st.rng_state[3]) == 0)
-    throw FileError(path + ": data-order generator state 'attnkit.rng' is all zero, which the generator cannot "
-                    "have (a checkpoint saved without a training run's data order cannot be resumed by the trainer)");
-  // The position is where step `step` left the data: epoch · batches per epoch + batch.
-  if (st.epoch > (int64_t{1} << 40) || st.epoch * batches_per_epoch() + st.batch_in_epoch != st.step)
-    throw FileError(path + ": data position (epoch " + std::to_string(st.epoch) + ", batch " +
-                    std::to_string(st.batch_in_epoch) + " of " + std::to_string(batches_per_epoch()) +
-                    " per epoch) is not where step " + std::to_string(st.step) + " leaves the training set");
+  // The data position and the order generator, checked before anything is loaded (a refused
+  // checkpoint leaves the trainer as it was).
+  const int64_t bpe = batches_per_epoch();
+  const TrainingState st = runner_.load(path, adam_.get(), [&](const TrainingState& s) {
+    if (s.batch_in_epoch < 0 || s.batch_in_epoch >= bpe || s.epoch < 0)
+      throw FileError(path + ": data position (epoch " + std::to_string(s.epoch) + ", batch " +
+                      std::to_string(s.batch_in_epoch) + ") does not fit this training set");
+    // Where step `step` leaves the data: epoch · batches per epoch + batch (without overflow).
+    const int64_t whole = s.step - s.batch_in_epoch;
+    if (whole < 0 || whole % bpe != 0 || whole / bpe != s.epoch)
+      throw FileError(path + ": data position (epoch " + std::to_string(s.epoch) + ", batch " +
+                      std::to_string(s.batch_in_epoch) + " of " + std::to_string(bpe) +
+                      " per epoch) is not where step " + std::to_string(s.step) + " leaves the training set");
+    // xoshiro256** never leaves the all-zero state (a checkpoint saved without a data-order
+    // generator has it): every draw would be 0 and the shuffle would never end.
+    if ((s.rng_state[0] | s.rng_state[1] | s.rng_state[2] | s.rng_state[3]) == 0)
+      throw FileError(path + ": data-order generator state 'attnkit.rng' is all zero, which the generator cannot "
+                      "have (a checkpoint saved without a training run's data order cannot be resumed by the "
+                      "trainer)");
+  });
   epoch_ = st.epoch;
   batch_in_epoch_ = st.batch_in_epoch;
   order_rng_.set_state(st.rng_state);

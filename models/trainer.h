@@ -85,7 +85,8 @@ class ModelRunner {
   ModelRunner(const ModelConfig& config, int64_t max_batch, int threads, uint64_t seed, bool with_backward,
               Precision precision = Precision::kF32, int64_t train_chunk_rows = -1);
   // Loads the parameters (and, with an Adam, its moments) from a checkpoint of this model.
-  TrainingState load(const std::string& checkpoint_path, Adam* adam = nullptr);
+  TrainingState load(const std::string& checkpoint_path, Adam* adam = nullptr,
+                     const std::function<void(const TrainingState&)>& check = {});
 
   // Accuracy over the positions with an answer; predictions (optional) gets [size, T].
   Accuracy evaluate(const Dataset& d, std::vector<int32_t>* predictions = nullptr);

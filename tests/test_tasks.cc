@@ -352,6 +352,11 @@ TEST_CASE("trainer: 4 epochs + resume to 8 equals 8 epochs, bitwise") {
     write_safetensors(odd, f.tensors, f.metadata);
     CHECK_THROWS_WITH(t.resume(odd), Catch::Contains("odd_epoch.safetensors: data-order generator state 'attnkit.rng' "
                                                      "is all zero"));
+    // Refused before anything is loaded: the trainer is the fresh one it was.
+    Trainer fresh(c, o8, data(o8));
+    CHECK(t.step() == 0);
+    CHECK(std::memcmp(t.executor().params(), fresh.executor().params(),
+                      static_cast<size_t>(fresh.executor().param_count()) * 4) == 0);
   }
 
   Trainer second(c, o8, data(o8));
