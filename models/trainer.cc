@@ -344,7 +344,9 @@ bool Trainer::train(const std::function<void(const StepReport&)>& on_step,
       ++steps;
       ++batch_in_epoch_;  // before the callback, so a save() there resumes after this step
       if (on_step) on_step({adam_->steps(), total_steps, epoch_, loss});
-      if (group_ ? stop_all : stop && stop()) {  // a group stops together, after the same step
+      // A group stops together, after the same step; a stop asked for during the last step
+      // lets the run finish (the caller saves it as finished).
+      if ((group_ ? stop_all : stop && stop()) && adam_->steps() < total_steps) {
         train_seconds_ += seconds;
         return false;
       }

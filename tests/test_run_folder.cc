@@ -247,7 +247,7 @@ TEST_CASE("a signal after the last step (during the final evaluation and save) k
   REQUIRE(c.wait() == 0);
   const std::string err = c.stderr_text();
   INFO(err);
-  CHECK(err.find("SIGINT arrived after the last step: the finished run is saved in " + run.string()) !=
+  CHECK(err.find("SIGINT arrived during or after the last step: the finished run is saved in " + run.string()) !=
         std::string::npos);
   const nlohmann::json m = json_file(run / "metrics.json");
   CHECK(m["state"] == "finished");

@@ -317,6 +317,20 @@ TrainerOptions small_options(int64_t epochs) {
   return o;
 }
 
+TEST_CASE("trainer: a stop asked for before the last step stops, during the last step lets the run finish") {
+  const ModelConfig c = lesson_config("neighbor-sum");
+  const TrainerOptions o = small_options(2);  // 10 steps
+  const TaskData d = generate_task_data(c, o.training.train_size, o.training.val_size, o.seed);
+  Trainer early(c, o, d);
+  CHECK_FALSE(early.train({}, {}, [&] { return early.step() >= 7; }));  // asked after step 7: stops there
+  CHECK(early.step() == 7);
+  Trainer late(c, o, d);
+  int epochs_seen = 0;
+  CHECK(late.train({}, [&](const EpochReport&) { ++epochs_seen; }, [&] { return late.step() >= 10; }));
+  CHECK(late.step() == 10);
+  CHECK(epochs_seen == 2);  // the last epoch's end (its evaluation) ran too
+}
+
 TEST_CASE("trainer: 4 epochs + resume to 8 equals 8 epochs, bitwise") {
   const ModelConfig c = lesson_config("neighbor-sum");
   auto data = [&](const TrainerOptions& o) {

@@ -412,7 +412,7 @@ int run_train(const TrainArgs& a, Collective* group) {
     pictures_ok = save_run(finished ? "finished" : "stopped");
   }
   if (finished && g_stop_signal && lead)
-    std::fprintf(stderr, "%s arrived after the last step: the finished run is saved in %s\n",
+    std::fprintf(stderr, "%s arrived during or after the last step: the finished run is saved in %s\n",
                  g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", out.c_str());
   if (!finished) {
     const int sig = g_stop_signal ? static_cast<int>(g_stop_signal) : SIGTERM;  // another rank's signal
