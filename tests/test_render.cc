@@ -843,7 +843,7 @@ TEST_CASE("attnkit render: files, run folders, exit codes", "[render][cli]") {
     std::vector<float> w = peaked_maps(2, 5, 1);
     w[7] = std::nanf("");
     write_npy((d / "attention.npy").string(), w.data(), {1, 2, 5, 5});
-  }, "attention.npy: weight nan at flat index 7 is not finite");
+  }, "attention.npy: weight nan at query 1, key 2 (map 0) is not finite");
   broken("int_run", [](const fs::path& d) {
     const std::vector<int32_t> ones(2 * 25, 1);
     write_npy((d / "attention.npy").string(), ones.data(), {1, 2, 5, 5});
@@ -852,7 +852,7 @@ TEST_CASE("attnkit render: files, run folders, exit codes", "[render][cli]") {
     std::vector<float> s(3 * 2 * 25, 0.2f);
     s[60] = std::numeric_limits<float>::infinity();
     write_npy((d / "snapshots.npy").string(), s.data(), {3, 1, 2, 5, 5});
-  }, "snapshots.npy: weight inf at flat index 60 is not finite");
+  }, "snapshots.npy: weight inf at query 2, key 0 (map 2) is not finite");
   for (const std::string& steps : {"[0, 10, 1e20]", "[-1, -2, -3]", "[0, 10, 10]", "[0, 10, 100000000000000000000]"}) {
     broken("steps_run", [&](const fs::path& d) {
       std::string meta = slurp(d / "meta.json");

@@ -59,18 +59,6 @@ std::string errno_text() { return std::strerror(errno); }
 
 std::string file_in(const std::string& dir, const char* name) { return (fs::path(dir) / name).string(); }
 
-// Attention weights of a run's file: floats, every one finite (as `render FILE.npy` demands).
-std::vector<float> weights_of(const NpyArray& a, const std::string& path) {
-  if (a.kind() != 'f')
-    throw FileError(path + ": dtype " + a.descr + " is not a float type; attention weights are floats (rows of softmax)");
-  std::vector<float> w = to_float32(a, path);
-  for (size_t i = 0; i < w.size(); ++i)
-    if (!std::isfinite(w[i]))
-      throw FileError(path + ": weight " + std::to_string(w[i]) + " at flat index " + std::to_string(i) +
-                      " is not finite");
-  return w;
-}
-
 // `whence` says where the expected shape comes from.
 std::vector<float> float_array(const std::string& path, const std::vector<int64_t>& shape,
                                const char* whence = "attention.npy and meta.json") {
@@ -78,7 +66,7 @@ std::vector<float> float_array(const std::string& path, const std::vector<int64_
   if (a.shape != shape)
     throw FileError(path + ": shape " + render::shape_string(a.shape) + ", expected " + render::shape_string(shape) +
                     " (from " + whence + ")");
-  return weights_of(a, path);
+  return render::finite_weights(a, path);
 }
 
 // meta.json's snapshot_steps, which snapshots.npy needs: steps (integers ≥ 0), ascending.
@@ -433,7 +421,7 @@ RunContents read_run_folder(const std::string& dir) {
     if (a.shape.size() != 4 || a.shape[2] != a.shape[3] || a.shape[0] < 1 || a.shape[1] < 1 || a.shape[2] < 1)
       throw FileError(attention + ": shape " + render::shape_string(a.shape) + ", expected [layers, heads, T, T]");
     r.layers = a.shape[0], r.heads = a.shape[1], r.T = a.shape[2];
-    r.attention = weights_of(a, attention);
+    r.attention = render::finite_weights(a, attention);
   }
   const int64_t L = r.layers, H = r.heads, T = r.T;
   check_size(r.meta, "layers", L, meta_path);

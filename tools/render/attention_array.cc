@@ -1,11 +1,13 @@
 #include "tools/render/attention_array.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 #include "engine/error.h"
+#include "engine/file_bytes.h"
 
 namespace attnkit::render {
 
@@ -15,10 +17,36 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+std::vector<float> finite_weights(const NpyArray& a, const std::string& what) {
+  if (a.kind() != 'f')
+    throw FileError(what + ": dtype " + printable(a.descr) +
+                    " is not a float type; attention weights are floats (rows of softmax)");
+  std::vector<float> w = to_float32(a, what);
+  const size_t r = a.shape.size();
+  const int64_t cols = r >= 1 ? std::max<int64_t>(1, a.shape[r - 1]) : 1;
+  const int64_t rows = r >= 2 ? std::max<int64_t>(1, a.shape[r - 2]) : 1;
+  for (size_t i = 0; i < w.size(); ++i)
+    if (!std::isfinite(w[i])) {
+      const int64_t k = static_cast<int64_t>(i), row = k / cols % rows, col = k % cols;
+      const std::string where = " at query " + std::to_string(row) + ", key " + std::to_string(col) + " (map " +
+                                std::to_string(k / (rows * cols)) + ")";
+      double stored = w[i];  // a float64 file's own value (finite, but beyond float32)
+      if (a.descr == "<f8") std::memcpy(&stored, a.bytes.data() + i * 8, 8);
+      if (std::isfinite(stored)) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%g", stored);
+        throw FileError(what + ": weight " + buf + where + " is outside float32's range");
+      }
+      throw FileError(what + ": weight " + std::to_string(w[i]) + where + " is not finite");
+    }
+  return w;
+}
+
 AttentionArray attention_from_npy(const NpyArray& a, const std::string& what) {
   const std::string shape = shape_string(a.shape);
   if (a.kind() != 'f')
-    throw FileError(what + ": dtype " + a.descr + " is not a float type; attention weights are floats (rows of softmax)");
+    throw FileError(what + ": dtype " + printable(a.descr) +
+                    " is not a float type; attention weights are floats (rows of softmax)");
   if (a.shape.size() < 2 || a.shape.size() > 4)
     throw FileError(what + ": shape " + shape + " has rank " + std::to_string(a.shape.size()) +
                     "; attention is [T_q, T_k], [heads, T_q, T_k] or [layers, heads, T_q, T_k]" +
@@ -40,21 +68,7 @@ AttentionArray attention_from_npy(const NpyArray& a, const std::string& what) {
     throw FileError(what + ": shape " + shape + " holds " + std::to_string(a.numel()) + " weights; at most " +
                     std::to_string(kMaxAttentionWeights) + " (4 maps of 4096 x 4096) are drawn — pick layers or heads "
                     "in numpy first");
-  out.weights = to_float32(a, what);
-  for (size_t i = 0; i < out.weights.size(); ++i)
-    if (!std::isfinite(out.weights[i])) {
-      const int64_t k = static_cast<int64_t>(i), row = k / out.cols % out.rows, col = k % out.cols;
-      const std::string where = " at query " + std::to_string(row) + ", key " + std::to_string(col) + " (map " +
-                                std::to_string(k / out.map_size()) + ")";
-      double stored = out.weights[i];  // a float64 file's own value (finite, but beyond float32)
-      if (a.descr == "<f8") std::memcpy(&stored, a.bytes.data() + i * 8, 8);
-      if (std::isfinite(stored)) {
-        char buf[32];
-        std::snprintf(buf, sizeof buf, "%g", stored);
-        throw FileError(what + ": weight " + buf + where + " is outside float32's range");
-      }
-      throw FileError(what + ": weight " + std::to_string(out.weights[i]) + where + " is not finite");
-    }
+  out.weights = finite_weights(a, what);
   return out;
 }
 

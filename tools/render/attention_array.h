@@ -27,6 +27,10 @@ constexpr int64_t kMaxAttentionWeights = int64_t(1) << 26;
 // Checks and converts: float dtype ('<f4', '<f8'), rank 2–4, no empty axis, within the limits
 // above, finite values. Anything else is a FileError naming `what`, the shape and what is
 // expected. read_attention refuses files too large for the limits before reading them.
+// An attention array's weights ([..., queries, keys], any rank) as float32: a float dtype and
+// every weight finite, else a FileError naming the map, query and key (and a float64 weight
+// beyond float32's range as such). What attention_from_npy and a run folder's arrays use.
+std::vector<float> finite_weights(const NpyArray& a, const std::string& what);
 AttentionArray attention_from_npy(const NpyArray& a, const std::string& what);
 AttentionArray read_attention(const std::string& path);
 
