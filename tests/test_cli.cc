@@ -756,6 +756,15 @@ assert r.dtype == np.float32 and r.shape == (3, 5) and np.allclose(r, w, atol=1e
   expect_runtime_error("demo attention " + files + " --mask " + f("fmask.npy"), "expected booleans or integers", dir);
   numpy("np.save(d + '/flat.npy', np.zeros(8))", dir);
   expect_runtime_error("demo attention --q " + f("flat.npy") + " --k " + f("K.npy") + " --v " + f("V.npy"), "flat.npy: expected a 2-d array", dir);
+  numpy("q = np.load(d + '/Q.npy'); q[1, 2] = np.nan; np.save(d + '/nanq.npy', q)", dir);
+  expect_runtime_error("demo attention --q " + f("nanq.npy") + " --k " + f("K.npy") + " --v " + f("V.npy"),
+                       "nanq.npy: value nan at [1, 2] is not a finite float32", dir);
+  // One query: 2-d arrays, as numpy prints them.
+  numpy("np.save(d + '/q1.npy', np.load(d + '/Q.npy')[:1])", dir);
+  const Result one = attnkit("demo attention --q " + f("q1.npy") + " --k " + f("K.npy") + " --v " + f("V.npy"), dir);
+  REQUIRE(one.code == 0);
+  CHECK(one.out.find("веса: (1, 5) \n [[0.06 0.28 0.44 0.08 0.14]]\n") != std::string::npos);
+  CHECK(one.out.find("суммы строк: [1.]\n") != std::string::npos);
   expect_runtime_error("demo masks --q " + f("Q.npy") + " --k " + f("K4.npy"), "self-attention needs the same shape", dir);
   expect_usage_error("demo masks --q " + f("Q4.npy"), "give --q and --k together", dir);
   expect_usage_error("demo lookup --causal", "only for 'demo attention'", dir);

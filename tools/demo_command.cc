@@ -23,7 +23,9 @@ namespace {
 
 // numpy's str() of an array rounded with .round(decimals): shortest digits (up to 8 after the
 // point), integer parts right-aligned, fractions left-aligned and padded to the longest.
-std::string numpy_str(const std::vector<double>& values, int64_t rows, int64_t cols, int decimals) {
+// matrix: a 2-d array ([[…]] even for one row), else a 1-d one.
+std::string numpy_str(const std::vector<double>& values, int64_t rows, int64_t cols, int decimals,
+                      bool matrix = true) {
   std::vector<std::string> ints, fracs;
   size_t int_w = 0, frac_w = 0;
   const double p = std::pow(10.0, decimals);
@@ -38,7 +40,7 @@ std::string numpy_str(const std::vector<double>& values, int64_t rows, int64_t c
     int_w = std::max(int_w, ints.back().size());
     frac_w = std::max(frac_w, fracs.back().size());
   }
-  std::string out = rows > 1 ? "[" : "";
+  std::string out = matrix ? "[" : "";
   for (int64_t r = 0; r < rows; ++r) {
     if (r > 0) out += "\n ";
     out += "[";
@@ -49,11 +51,11 @@ std::string numpy_str(const std::vector<double>& values, int64_t rows, int64_t c
     }
     out += "]";
   }
-  return out + (rows > 1 ? "]" : "");
+  return out + (matrix ? "]" : "");
 }
 
 std::string numpy_str(const std::vector<double>& v, int decimals) {
-  return numpy_str(v, 1, static_cast<int64_t>(v.size()), decimals);
+  return numpy_str(v, 1, static_cast<int64_t>(v.size()), decimals, /*matrix=*/false);
 }
 
 // Pads a UTF-8 string to `width` characters (code points), on the right or the left.
@@ -122,7 +124,12 @@ Matrix load_matrix(const std::string& path, const char* flag) {
   if (a.shape.size() != 2 || a.shape[0] < 1 || a.shape[1] < 1)
     throw FileError(fmt::format("{} {}: expected a 2-d array [rows, columns], got shape {}", flag, path,
                                  render::shape_string(a.shape)));
-  return {to_float32(a, path), a.shape[0], a.shape[1]};
+  Matrix m{to_float32(a, path), a.shape[0], a.shape[1]};
+  for (size_t i = 0; i < m.values.size(); ++i)
+    if (!std::isfinite(m.values[i]))
+      throw FileError(fmt::format("{} {}: value {} at [{}, {}] is not a finite float32", flag, path, m.values[i],
+                                  static_cast<int64_t>(i) / m.cols, static_cast<int64_t>(i) % m.cols));
+  return m;
 }
 
 Matrix random_matrix(Rng& rng, int64_t rows, int64_t cols) {

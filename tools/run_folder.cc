@@ -654,8 +654,10 @@ void RunFolderWriter::commit(CarryOver keep) {
   sync_dir(parent_);
   ++commits_;
   // The folder is now the staging folder, whose lock this object holds; the previous version
-  // (now at the staging path) goes, with its lock.
+  // (now at the staging path) goes, with its lock (its permissions, the folder's, may deny
+  // its owner writing to it: opened up first so that its entries can go).
   std::error_code ec;
+  ::chmod(staging_.c_str(), 0700);
   fs::remove_all(staging_, ec);
   staging_.clear();
   if (lock_fd_ >= 0) ::close(lock_fd_);
