@@ -86,6 +86,9 @@ struct RenderArgs {
 CLI::App* add_render_subcommand(CLI::App& app, RenderArgs* args);  // tools/cli_parser.cc
 int run_render(const RenderArgs& args);
 
+// "runs/x/model.safetensors" for a folder, the path itself for a file (tools/train_command.cc).
+std::string checkpoint_in(const std::string& path);
+
 // attnkit demo (tools/demo_command.cc): lesson 000's demonstrations. q, k, v, mask: .npy
 // files of the user's own arrays ("" = attnkit's random ones; attention takes all, masks q
 // and k); out: the attention or alignment weights as .npy ("" = none).

@@ -91,8 +91,7 @@ int run_infer_data(const InferArgs& a) {
   if (a.out.empty()) throw UsageError("--data FILE needs --out DIR for predictions.npy and the maps");
   // The data first (checked against the checkpoint's config), then a predictor no larger than
   // it: a few sequences at --batch-size 10000 need no buffers of 10 000.
-  const std::string file = fs::is_directory(a.checkpoint) ? (fs::path(a.checkpoint) / "model.safetensors").string()
-                                                           : a.checkpoint;
+  const std::string file = checkpoint_in(a.checkpoint);
   const ModelConfig config = model_config_from_metadata(read_checkpoint_metadata(file), file);
   bool has_targets = false;
   const Dataset d = load_sequences(a.data, config, "the checkpoint " + a.checkpoint, &has_targets);

@@ -38,11 +38,6 @@ std::vector<int64_t> parse_steps(const std::string& text) {
                                     "' is not a comma-separated list of steps >= 0 (e.g. 0,10,20)");
 }
 
-// "runs/x/model.safetensors" for a folder, the path itself for a file.
-std::string checkpoint_in(const std::string& path) {
-  return fs::is_directory(path) ? (fs::path(path) / "model.safetensors").string() : path;
-}
-
 // One line per epoch, or a progress bar with loss and ETA when stdout is a terminal.
 class Progress {
  public:
@@ -145,6 +140,10 @@ void same_as_checkpoint(const TrainArgs& a, const char* flag, const T& given, co
 }
 
 }  // namespace
+
+std::string checkpoint_in(const std::string& path) {
+  return fs::is_directory(path) ? (fs::path(path) / "model.safetensors").string() : path;
+}
 
 const volatile int* stop_signal_flag() { return &g_stop_signal; }
 
