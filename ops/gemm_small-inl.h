@@ -576,6 +576,173 @@ HWY_INLINE void PairRowsNT(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0
   });
 }
 
+// Products with neither operand transposed and 9 or 10 columns (a 10-class head's forward
+// x·W, a T = 10 attention product with Kᵀ given): 10 columns fill 10 of a row vector's 16
+// lanes, so the small path's FMAs run at 62% of the lanes. Here every lane works:
+// - columns 0..7 with k in pairs, as UsePairsNT's: lane 2c + e of a row's vector sums
+//   A(r, k)·B(k, c) over the k of parity e; a pair of A is one 64-bit broadcast load, the 8 + 8
+//   values of B rows k and k + 1 one two-source permute (16 lanes for 2 k-steps);
+// - columns 8 and 9 with k in octets: lane 8(c - 8) + q sums over the k of k % 8 = q; A's
+//   octet broadcast to both halves, B's (k..k + 7) × (8, 9) built once per 8 k-steps;
+// then each row's sums are folded lane pair by lane pair (even + odd; three halvings of the
+// octets, pairs of neighbours first), the same tree for every row whatever its tile.
+// Chosen on the whole product's shape, never a block's (see UsePairsNT): a product is computed
+// this way whatever its split into blocks and threads, bitwise the same for every split.
+// A bias and an epilogue go into the stores, as the small path's do.
+// From k = 32: at k = 16 (the batched 10 × 16 × 10) the sums' folding after the k loop costs
+// more than the FMAs saved (4.2 µs against the small path's 3.5 for 128 products).
+inline constexpr int64_t kPairsNNMinK = 32;
+HWY_INLINE bool UsePairsNN(const GemmArgs& g) {
+  return !g.trans_b && !g.trans_a && g.n >= 9 && g.n <= 10 && g.k >= kPairsNNMinK && g.k <= 256;
+}
+
+// Rows of a pairs-NN tile: its two sets of accumulators (2 · R vectors) and the shared
+// operands fit in the 32 vector registers.
+inline constexpr int64_t kPairsNNRows = 10;
+
+// B(k0 + q, 8) and, with kTwo, B(k0 + q, 9) as the 64-bit element q (q < kc, zero past it).
+template <bool kTwo>
+HWY_INLINE __m128d TailPairOfB(const float* HWY_RESTRICT p) {
+  if constexpr (kTwo) {
+    return _mm_load_sd(reinterpret_cast<const double*>(p));
+  } else {
+    return _mm_castps_pd(_mm_load_ss(p));
+  }
+}
+
+// Lanes 0..7: B(k0 + q, 8), lanes 8..15: B(k0 + q, 9) (zero without kTwo), q < kc (zero past).
+template <bool kTwo, bool kWhole>
+HWY_INLINE hn::Vec<hn::Full512<float>> TailColumnsOfB(const float* HWY_RESTRICT b, int64_t ldb, int64_t kc) {
+  __m128d q[8];
+#pragma GCC unroll 8
+  for (int r = 0; r < 8; ++r) {
+    if (kWhole || r < kc) {
+      q[r] = TailPairOfB<kTwo>(b + r * ldb);
+    } else {
+      q[r] = _mm_setzero_pd();
+    }
+  }
+  const __m256d h0 = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_unpacklo_pd(q[0], q[1])), _mm_unpacklo_pd(q[2], q[3]), 1);
+  const __m256d h1 = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_unpacklo_pd(q[4], q[5])), _mm_unpacklo_pd(q[6], q[7]), 1);
+  const __m512 pairs = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(h0), h1, 1));
+  // (q, c) → (c, q)
+  const __m512i by_column = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  return hn::Vec<hn::Full512<float>>{_mm512_permutexvar_ps(by_column, pairs)};
+}
+
+// Rows i..i+R (R <= kPairsNNRows), columns j..j+cols (9 or 10: kTwo) of every product of
+// span (see UsePairsNN).
+template <int R, bool kTwo, bool kBias, bool kEpilogue>
+HWY_INLINE void PairTileNN(const GemmArgs& g, const ProductSpan& span, int64_t i, int64_t j, int64_t cols) {
+  const hn::Full512<float> d;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t lda = g.lda, ldb = g.ldb, k = g.k, ldc = g.ldc;
+  const auto mcols = hn::FirstN(d, static_cast<size_t>(cols));
+  const V va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
+  const Combine combine = SmallCombine(g);
+  const V bias = kBias ? hn::MaskedLoad(mcols, d, g.bias + j) : hn::Zero(d);
+  // B rows k, k + 1 (columns 0..7) interleaved: lane 2c + e = B(k + e, c).
+  const __m512i interleave = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  // Lanes 0..7: the even lanes of the first source, 8..15: of the second (odd: + 1).
+  const __m512i evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const float* const a0 = g.a + i * lda;
+  const float* const b0 = g.b + j;
+  float* const c0 = g.c + i * ldc + j;
+  // Two vectors' neighbouring lanes added: lanes 0..7 from x's 16, 8..15 from y's.
+  const auto halve = [&](V x, V y) HWY_ATTR __attribute__((always_inline)) {
+    return hn::Add(V{_mm512_permutex2var_ps(x.raw, evens, y.raw)}, V{_mm512_permutex2var_ps(x.raw, odds, y.raw)});
+  };
+  const auto product = [&](const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, float* HWY_RESTRICT c) HWY_ATTR __attribute__((always_inline)) {
+    V acc[R], acc2[R];
+#pragma GCC unroll 10
+    for (int r = 0; r < R; ++r) acc[r] = hn::Zero(d), acc2[r] = hn::Zero(d);
+    // The k loops are not unrolled: unrolled, the compiler gave every (row, k-step) address
+    // an induction variable of its own, spilled to the stack (1.6× the time of 10 × 16 × 10).
+    // Columns 0..7: B rows kk, kk + 1 interleaved, one FMA per row.
+    const int64_t pairs = k / 2;
+#pragma GCC unroll 1
+    for (int64_t p = 0; p < pairs; ++p) {
+      const float* HWY_RESTRICT bk = b + 2 * p * ldb;
+      const V bp{_mm512_permutex2var_ps(_mm512_castps256_ps512(_mm256_loadu_ps(bk)), interleave,
+                                        _mm512_castps256_ps512(_mm256_loadu_ps(bk + ldb)))};
+#pragma GCC unroll 10
+      for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(PairOfA(a + r * lda + 2 * p), bp, acc[r]);
+    }
+    if (k & 1) {  // the last k alone: A(r, k - 1) in the even lanes, zero in the odd ones
+      const V bp{_mm512_permutex2var_ps(_mm512_castps256_ps512(_mm256_loadu_ps(b + (k - 1) * ldb)), interleave,
+                                        _mm512_setzero_ps())};
+      const hn::Full512<uint64_t> du64;
+#pragma GCC unroll 10
+      for (int r = 0; r < R; ++r) {
+        uint32_t bits;
+        std::memcpy(&bits, a + r * lda + k - 1, sizeof(bits));
+        acc[r] = hn::MulAdd(hn::BitCast(d, hn::Set(du64, static_cast<uint64_t>(bits))), bp, acc[r]);
+      }
+    }
+    // Columns 8 and 9: eight k-steps per FMA.
+    int64_t k0 = 0;
+#pragma GCC unroll 1
+    for (; k0 + 8 <= k; k0 += 8) {
+      const V bo = TailColumnsOfB<kTwo, true>(b + k0 * ldb + 8, ldb, 8);
+#pragma GCC unroll 10
+      for (int r = 0; r < R; ++r)
+        acc2[r] = hn::MulAdd(V{_mm512_broadcast_f32x8(_mm256_loadu_ps(a + r * lda + k0))}, bo, acc2[r]);
+    }
+    if (k0 < k) {  // the last kc < 8 k-steps: zero in A's and B's lanes past k
+      const int64_t kc = k - k0;
+      const V bo = TailColumnsOfB<kTwo, false>(b + k0 * ldb + 8, ldb, kc);
+      const __mmask8 ka = static_cast<__mmask8>((1u << kc) - 1);
+#pragma GCC unroll 10
+      for (int r = 0; r < R; ++r)
+        acc2[r] = hn::MulAdd(V{_mm512_broadcast_f32x8(_mm256_maskz_loadu_ps(ka, a + r * lda + k0))}, bo, acc2[r]);
+    }
+    // Row pairs: s[h] lanes 0..7 = row 2h's columns 0..7, 8..15 = row 2h + 1's.
+    constexpr int kH = (R + 1) / 2, kY = (kH + 1) / 2, kZ = (kY + 1) / 2;
+    V s[kH], x[kH], y[kY], z[kZ];
+#pragma GCC unroll 5
+    for (int h = 0; h < kH; ++h) {
+      const V zero = hn::Zero(d);
+      s[h] = halve(acc[2 * h], 2 * h + 1 < R ? acc[2 * h + 1] : zero);
+      x[h] = halve(acc2[2 * h], 2 * h + 1 < R ? acc2[2 * h + 1] : zero);
+    }
+#pragma GCC unroll 3
+    for (int q = 0; q < kY; ++q) y[q] = halve(x[2 * q], 2 * q + 1 < kH ? x[2 * q + 1] : hn::Zero(d));
+    // z[w] lane 2(r % 8) + c - 8: row 8w + r % 8, column c.
+#pragma GCC unroll 2
+    for (int w = 0; w < kZ; ++w) z[w] = halve(y[2 * w], 2 * w + 1 < kY ? y[2 * w + 1] : hn::Zero(d));
+    const auto store_rows = [&](auto combine_tag) HWY_ATTR __attribute__((always_inline)) {
+      constexpr Combine kCombine = decltype(combine_tag)::value;
+#pragma GCC unroll 10
+      for (int r = 0; r < R; ++r) {
+        const int h = (r & 1) * 8, t = 16 + 2 * (r & 7);
+        const __m512i pick = _mm512_setr_epi32(h, h + 1, h + 2, h + 3, h + 4, h + 5, h + 6, h + 7, t, t + 1, 0, 0, 0, 0, 0, 0);
+        const V row{_mm512_permutex2var_ps(s[r / 2].raw, pick, z[r / 8].raw)};
+        SmallStoreVec<true, kBias, kEpilogue>(d, row, va, vb, kCombine, mcols, bias, g, i + r, j, c + r * ldc);
+      }
+    };
+    WithCombine(combine, store_rows);
+  };
+  ForEachProduct(span, a0, b0, c0, product);
+}
+
+// Rows [i0, i1) of every product of span in tiles of at most kPairsNNRows rows (see UsePairsNN).
+HWY_INLINE void PairRowsNN(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1, const ProductSpan& span) {
+  constexpr int kMax = static_cast<int>(kPairsNNRows);
+  ForEachRowTile<kMax>(i0, i1, [&](int64_t i, int64_t rows) {
+    WithCount<kMax>(rows, [&](auto r_tag) {
+      WithFlag(j1 - j0 == 10, [&](auto two) {
+        WithFlag(g.bias != nullptr, [&](auto b) {
+          WithFlag(g.has_epilogue(), [&](auto e) {
+            PairTileNN<decltype(r_tag)::value, decltype(two)::value, decltype(b)::value, decltype(e)::value>(
+                g, span, i, j0, j1 - j0);
+          });
+        });
+      });
+    });
+  });
+}
+
 // sgemm_slice's whole products of at most kSmallRows1 rows are never the packed or short-k
 // path's (both need m >= 48), so the per-call paths below need not ask.
 inline constexpr bool kOneTileRowsNeverPacked = kSmallRows1 < 48;
@@ -738,7 +905,7 @@ HWY_INLINE bool SmallOneTileNN(const GemmArgs& g) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(DF())), m = g.m, n = g.n;
   // (At most kSmallRows1 rows: never the packed or short-k path's, see kOneTileRowsNeverPacked.)
   if (g.trans_b || g.bias != nullptr || g.has_epilogue() || m > kSmallRows1 || n < 5 || n > 2 * lanes ||
-      g.k > 256)
+      g.k > 256 || UsePairsNN(g))
     return false;
   SmallTileFn tile;
   if (n <= 8 && lanes > 8) {

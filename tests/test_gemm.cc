@@ -284,7 +284,7 @@ TEST_CASE("sgemm_epilogue_slice: relu, mask and addend are bitwise relu_forward/
           "[gemm]") {
   std::vector<Shape> shapes = kLargeShapes;
   for (Shape s : {Shape{128, 128, 64}, Shape{128, 64, 128}, Shape{640, 128, 32}, Shape{37, 3, 13},
-                  Shape{640, 10, 128}, Shape{300, 1030, 400}, Shape{21, 7, 9}, Shape{5, 3, 0},
+                  Shape{640, 10, 128}, Shape{300, 1030, 400}, Shape{21, 7, 9}, Shape{5, 3, 0}, Shape{30, 9, 41},
                   // the small path's fused stores: dx of narrow layers (k = 10, 2), at most 24
                   // rows, ragged last vectors of 1 and 2 per row
                   Shape{640, 128, 10}, Shape{640, 64, 2}, Shape{20, 10, 32}, Shape{13, 33, 7},
@@ -829,6 +829,71 @@ TEST_CASE("products with a transposed B of 5 to 8 columns (k in pairs) match a d
                      single.data() + q * m * n, n);
     INFO(target);
     REQUIRE(std::memcmp(batched.data(), single.data(), count * m * n * sizeof(float)) == 0);
+  });
+}
+
+// Neither operand transposed, 9 or 10 columns (a 10-class head's forward x·W): on AVX-512 from
+// k = 32, columns 0..7 with k in pairs and columns 8..9 with k in octets (UsePairsNN), an odd
+// last k alone, a last octet of 1..7 k-steps, tiles of up to 10 rows; the same bits whatever
+// the slices, the batching or the row a product starts at, a bias in the same stores, and
+// infinities where the lanes past k could have made inf · 0 = NaN.
+TEST_CASE("products of 9 or 10 columns with B not transposed (k in pairs and octets) match a double reference",
+          "[gemm]") {
+  const std::vector<std::pair<float, float>> scalars = {{1, 0}, {-0.5f, 1}, {2, -0.5f}, {2, 0}};
+  attnkit::test::for_each_simd_target([&](const std::string& target) {
+    uint32_t seed = 7500;
+    for (int64_t m : {1, 2, 9, 10, 11, 19, 21, 40, 130})
+      for (int64_t n : {9, 10})
+        for (int64_t k : {16, 31, 32, 33, 38, 39, 40, 41, 47, 48, 49, 63, 64, 65, 127, 128, 129, 255, 256, 257}) {
+          const auto [alpha, beta] = scalars[seed % scalars.size()];
+          const int64_t pad = seed % 3 == 0 ? 0 : seed % 3 == 1 ? 1 : 17;
+          const Problem p = make_problem(false, false, m, n, k, alpha, beta, pad, seed);
+          ++seed;
+          INFO(target << " m=" << m << " n=" << n << " k=" << k << " beta=" << beta << " pad=" << pad);
+          const std::vector<float> one = run_slices(p, 1);
+          check_against_reference(p, one);
+          for (int count : {2, 3}) REQUIRE(bitwise_equal(one, run_slices(p, count)));
+          const std::vector<float> bias = random_bias(n, seed);
+          const std::vector<float> with_bias = run_bias_slices(p, bias.data(), 1);
+          check_against_reference(p, with_bias, bias.data());
+          REQUIRE(bitwise_equal(with_bias, run_bias_slices(p, bias.data(), 3)));
+          // Rows 3.. as a product of their own: the same sums, bitwise.
+          if (m > 3 && beta == 0.0f) {
+            std::vector<float> tail(static_cast<size_t>((m - 3) * p.ldc), 0.0f);
+            attnkit::sgemm_slice(false, false, m - 3, n, k, alpha, p.a.data() + 3 * p.lda, p.lda, p.b.data(), p.ldb,
+                                 0.0f, tail.data(), p.ldc, Slice{});
+            for (int64_t i = 0; i < m - 3; ++i)
+              REQUIRE(std::memcmp(tail.data() + i * p.ldc, one.data() + (i + 3) * p.ldc, n * sizeof(float)) == 0);
+          }
+        }
+    // Infinities in A's last k-steps (the odd last k, the last octet) meet a finite B: ±inf in
+    // every column, never NaN from the lanes past k.
+    for (int64_t k : {33, 39, 41, 47, 49}) {
+      for (int64_t n : {9, 10}) {
+        Problem p = make_problem(false, false, 10, n, k, 1.0f, 0.0f, 0, 7400 + static_cast<uint32_t>(k));
+        for (int64_t i = 0; i < p.m; ++i) p.a[i * p.lda + k - 1] = std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < p.n; ++j) p.b[(k - 1) * p.ldb + j] = j % 2 ? 1.0f : -1.0f;
+        const std::vector<float> got = run_slices(p, 1);
+        for (int64_t i = 0; i < p.m; ++i)
+          for (int64_t j = 0; j < p.n; ++j) {
+            INFO(target << " k=" << k << " n=" << n << " C[" << i << "," << j << "] = " << got[i * p.ldc + j]);
+            REQUIRE(got[i * p.ldc + j] == (j % 2 ? 1.0f : -1.0f) * std::numeric_limits<float>::infinity());
+          }
+      }
+    }
+    // A batch: bitwise one call per product.
+    for (int64_t k : {16, 32, 45}) {
+      const int64_t count = 7, m = 10, n = 10;
+      const Problem p = make_problem(false, false, m * count, n * count, k, 1.0f, 0.0f, 0, 7600);
+      std::vector<float> batched = p.c, single = p.c;
+      attnkit::sgemm_strided_batched(false, false, m, n, k, 1.0f, p.a.data(), k, m * k, p.b.data(), n, k * n, 0.0f,
+                                     batched.data(), n, m * n, count);
+      for (int64_t q = 0; q < count; ++q)
+        attnkit::sgemm(false, false, m, n, k, 1.0f, p.a.data() + q * m * k, k, p.b.data() + q * k * n, n, 0.0f,
+                       single.data() + q * m * n, n);
+      INFO(target << " k=" << k);
+      REQUIRE(std::memcmp(batched.data(), single.data(), count * m * n * sizeof(float)) == 0);
+    }
   });
 }
 
