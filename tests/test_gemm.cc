@@ -781,6 +781,21 @@ TEST_CASE("the small products' two ways to get A's values give the same bits", "
   });
 }
 
+namespace {
+// p against the double reference, plain and with a bias, and bitwise the same over 1, 2 and 3
+// slices; the plain product's C.
+std::vector<float> check_slices_and_bias(const Problem& p, uint32_t seed) {
+  const std::vector<float> one = run_slices(p, 1);
+  check_against_reference(p, one);
+  for (int count : {2, 3}) REQUIRE(bitwise_equal(one, run_slices(p, count)));
+  const std::vector<float> bias = random_bias(p.n, seed);
+  const std::vector<float> with_bias = run_bias_slices(p, bias.data(), 1);
+  check_against_reference(p, with_bias, bias.data());
+  REQUIRE(bitwise_equal(with_bias, run_bias_slices(p, bias.data(), 3)));
+  return one;
+}
+}  // namespace
+
 // A transposed B of 5 to 8 columns with A not transposed (Q·Kᵀ at T <= 8): on AVX-512, k in
 // pairs (even and odd k in neighbouring lanes, added at the end), an odd last k alone, several
 // 16-k chunks, tiles of up to 12 rows; the same bits whatever the slices or the batching, a
@@ -797,13 +812,7 @@ TEST_CASE("products with a transposed B of 5 to 8 columns (k in pairs) match a d
           const Problem p = make_problem(false, true, m, n, k, alpha, beta, pad, seed);
           ++seed;
           INFO(target << " m=" << m << " n=" << n << " k=" << k << " beta=" << beta << " pad=" << pad);
-          const std::vector<float> one = run_slices(p, 1);
-          check_against_reference(p, one);
-          for (int count : {2, 3}) REQUIRE(bitwise_equal(one, run_slices(p, count)));
-          const std::vector<float> bias = random_bias(n, seed);
-          const std::vector<float> with_bias = run_bias_slices(p, bias.data(), 1);
-          check_against_reference(p, with_bias, bias.data());
-          REQUIRE(bitwise_equal(with_bias, run_bias_slices(p, bias.data(), 3)));
+          const std::vector<float> one = check_slices_and_bias(p, seed);
         }
     // An infinity in A's last column meets a finite B: ±inf, never inf · 0 = NaN from the
     // lane an odd last k leaves empty.
@@ -850,13 +859,7 @@ TEST_CASE("products of 9 or 10 columns with B not transposed (k in pairs and oct
           const Problem p = make_problem(false, false, m, n, k, alpha, beta, pad, seed);
           ++seed;
           INFO(target << " m=" << m << " n=" << n << " k=" << k << " beta=" << beta << " pad=" << pad);
-          const std::vector<float> one = run_slices(p, 1);
-          check_against_reference(p, one);
-          for (int count : {2, 3}) REQUIRE(bitwise_equal(one, run_slices(p, count)));
-          const std::vector<float> bias = random_bias(n, seed);
-          const std::vector<float> with_bias = run_bias_slices(p, bias.data(), 1);
-          check_against_reference(p, with_bias, bias.data());
-          REQUIRE(bitwise_equal(with_bias, run_bias_slices(p, bias.data(), 3)));
+          const std::vector<float> one = check_slices_and_bias(p, seed);
           // Rows 3.. as a product of their own: the same sums, bitwise.
           if (m > 3 && beta == 0.0f) {
             std::vector<float> tail(static_cast<size_t>((m - 3) * p.ldc), 0.0f);
