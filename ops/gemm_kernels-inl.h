@@ -4,8 +4,8 @@
 // boundaries (packed path), then C = alpha·acc + beta·C; on the dot path (at most 4 columns),
 // lane-wise chains over k reduced in a fixed order; on AVX-512's pairs path (B transposed, 5 to
 // 8 columns: UsePairsNT) an even-k and an odd-k chain, added; on its pairs path for A·B of 9 or
-// 10 columns (UsePairsNN) that for columns 0..7 and, for columns 8 and 9, eight chains over the
-// k of each k % 8 added in a fixed tree. The tile an element falls in and the
+// 10 columns (UsePairsNN) the same even + odd chains for columns 0..7, and for columns 8 and 9
+// eight chains (one per k % 8) added in a fixed tree. The tile an element falls in and the
 // slice that computes it never change that chain, which is what makes results bitwise
 // independent of the thread count.
 
@@ -115,7 +115,9 @@ inline void GemmBlock(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int
     PairRowsNT(g, i0, i1, j0, j1, span);
     return;
   }
-  if (UsePairsNN(g) && j0 == 0 && j1 == g.n) {  // any row block (at most 10 columns: never split)
+  if (UsePairsNN(g)) {  // any row block; never a column block (block_of_slice splits columns
+    // in steps of 16, so a product of at most 10 is never split)
+    HWY_DASSERT(j0 == 0 && j1 == g.n);
     PairRowsNN(g, i0, i1, j0, j1, span);
     return;
   }

@@ -7,7 +7,9 @@
 //
 // Each element is the same FMA chain over k in increasing order, from zero, and the same
 // write-back (CombineVec) as the direct path's, so the values are bitwise the direct path's:
-// which of the two computes a block never changes a bit.
+// which of the two computes a block never changes a bit. The two pairs paths (UsePairsNT,
+// UsePairsNN) sum in their own orders instead, and so are chosen for a whole product by its
+// shape alone, never for a block.
 
 // Per-target part: toggled include guard, as Highway's foreach_target.h requires.
 #if defined(ATTNKIT_OPS_GEMM_SMALL_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -577,8 +579,8 @@ HWY_INLINE void PairRowsNT(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0
 }
 
 // Products with neither operand transposed and 9 or 10 columns (a 10-class head's forward
-// x·W, a T = 10 attention product with Kᵀ given): 10 columns fill 10 of a row vector's 16
-// lanes, so the small path's FMAs run at 62% of the lanes. Here every lane works:
+// x·W; an attention's P·V or dS·K at head size 9 or 10 and T >= 32): 10 columns fill 10 of a
+// row vector's 16 lanes, so the small path's FMAs run at 62% of the lanes. Here every lane works:
 // - columns 0..7 with k in pairs, as UsePairsNT's: lane 2c + e of a row's vector sums
 //   A(r, k)·B(k, c) over the k of parity e; a pair of A is one 64-bit broadcast load, the 8 + 8
 //   values of B rows k and k + 1 one two-source permute (16 lanes for 2 k-steps);
@@ -600,24 +602,28 @@ HWY_INLINE bool UsePairsNN(const GemmArgs& g) {
 // operands fit in the 32 vector registers.
 inline constexpr int64_t kPairsNNRows = 10;
 
-// B(k0 + q, 8) and, with kTwo, B(k0 + q, 9) as the 64-bit element q (q < kc, zero past it).
+// B(kk, 8) and, with kTwo, B(kk, 9) (else zero) in the low 64 bits, from p = B's row kk at
+// column 8.
 template <bool kTwo>
-HWY_INLINE __m128d TailPairOfB(const float* HWY_RESTRICT p) {
+HWY_INLINE __m128d Pair89OfB(const float* HWY_RESTRICT p) {
   if constexpr (kTwo) {
-    return _mm_load_sd(reinterpret_cast<const double*>(p));
+    double pair;  // (memcpy: the floats read as one 64-bit value, which _mm_load_sd's double* is not)
+    std::memcpy(&pair, p, sizeof(pair));
+    return _mm_set_sd(pair);
   } else {
     return _mm_castps_pd(_mm_load_ss(p));
   }
 }
 
-// Lanes 0..7: B(k0 + q, 8), lanes 8..15: B(k0 + q, 9) (zero without kTwo), q < kc (zero past).
+// Lanes 0..7: B(k0 + q, 8), lanes 8..15: B(k0 + q, 9) (zero without kTwo), for q < kc (zero
+// past it); b = B's row k0 at column 8.
 template <bool kTwo, bool kWhole>
-HWY_INLINE hn::Vec<hn::Full512<float>> TailColumnsOfB(const float* HWY_RESTRICT b, int64_t ldb, int64_t kc) {
+HWY_INLINE hn::Vec<hn::Full512<float>> Columns89OfB(const float* HWY_RESTRICT b, int64_t ldb, int64_t kc) {
   __m128d q[8];
 #pragma GCC unroll 8
   for (int r = 0; r < 8; ++r) {
     if (kWhole || r < kc) {
-      q[r] = TailPairOfB<kTwo>(b + r * ldb);
+      q[r] = Pair89OfB<kTwo>(b + r * ldb);
     } else {
       q[r] = _mm_setzero_pd();
     }
@@ -657,8 +663,8 @@ HWY_INLINE void PairTileNN(const GemmArgs& g, const ProductSpan& span, int64_t i
     V acc[R], acc2[R];
 #pragma GCC unroll 10
     for (int r = 0; r < R; ++r) acc[r] = hn::Zero(d), acc2[r] = hn::Zero(d);
-    // The k loops are not unrolled: unrolled, the compiler gave every (row, k-step) address
-    // an induction variable of its own, spilled to the stack (1.6× the time of 10 × 16 × 10).
+    // The k loops are not unrolled: unrolled (at k = 16, in a first version), the compiler gave
+    // every (row, k-step) address an induction variable of its own, spilled to the stack.
     // Columns 0..7: B rows kk, kk + 1 interleaved, one FMA per row.
     const int64_t pairs = k / 2;
 #pragma GCC unroll 1
@@ -684,14 +690,14 @@ HWY_INLINE void PairTileNN(const GemmArgs& g, const ProductSpan& span, int64_t i
     int64_t k0 = 0;
 #pragma GCC unroll 1
     for (; k0 + 8 <= k; k0 += 8) {
-      const V bo = TailColumnsOfB<kTwo, true>(b + k0 * ldb + 8, ldb, 8);
+      const V bo = Columns89OfB<kTwo, true>(b + k0 * ldb + 8, ldb, 8);
 #pragma GCC unroll 10
       for (int r = 0; r < R; ++r)
         acc2[r] = hn::MulAdd(V{_mm512_broadcast_f32x8(_mm256_loadu_ps(a + r * lda + k0))}, bo, acc2[r]);
     }
     if (k0 < k) {  // the last kc < 8 k-steps: zero in A's and B's lanes past k
       const int64_t kc = k - k0;
-      const V bo = TailColumnsOfB<kTwo, false>(b + k0 * ldb + 8, ldb, kc);
+      const V bo = Columns89OfB<kTwo, false>(b + k0 * ldb + 8, ldb, kc);
       const __mmask8 ka = static_cast<__mmask8>((1u << kc) - 1);
 #pragma GCC unroll 10
       for (int r = 0; r < R; ++r)

@@ -285,6 +285,7 @@ TEST_CASE("sgemm_epilogue_slice: relu, mask and addend are bitwise relu_forward/
   std::vector<Shape> shapes = kLargeShapes;
   for (Shape s : {Shape{128, 128, 64}, Shape{128, 64, 128}, Shape{640, 128, 32}, Shape{37, 3, 13},
                   Shape{640, 10, 128}, Shape{300, 1030, 400}, Shape{21, 7, 9}, Shape{5, 3, 0}, Shape{30, 9, 41},
+                  Shape{30, 10, 33},
                   // the small path's fused stores: dx of narrow layers (k = 10, 2), at most 24
                   // rows, ragged last vectors of 1 and 2 per row
                   Shape{640, 128, 10}, Shape{640, 64, 2}, Shape{20, 10, 32}, Shape{13, 33, 7},
@@ -884,6 +885,18 @@ TEST_CASE("products of 9 or 10 columns with B not transposed (k in pairs and oct
           }
       }
     }
+    // NaN in the padding past A's k columns and past B's n columns: the lanes past k (an odd
+    // last k, a last octet of 1..7) and past column 9 are never read as values.
+    for (int64_t k : {32, 33, 39, 41, 47, 49, 63})
+      for (int64_t n : {9, 10}) {
+        Problem p = make_problem(false, false, 13, n, k, 1.0f, 0.0f, 5, 7450 + static_cast<uint32_t>(k));
+        for (int64_t i = 0; i < p.m; ++i)
+          for (int64_t q = k; q < p.lda; ++q) p.a[i * p.lda + q] = std::numeric_limits<float>::quiet_NaN();
+        for (int64_t q = 0; q < k; ++q)
+          for (int64_t j = n; j < p.ldb; ++j) p.b[q * p.ldb + j] = std::numeric_limits<float>::quiet_NaN();
+        INFO(target << " NaN padding, k=" << k << " n=" << n);
+        check_against_reference(p, run_slices(p, 1));
+      }
     // A batch: bitwise one call per product.
     for (int64_t k : {16, 32, 45}) {
       const int64_t count = 7, m = 10, n = 10;
