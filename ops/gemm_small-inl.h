@@ -564,8 +564,8 @@ HWY_INLINE void PairTileNT(const GemmArgs& g, const ProductSpan& span, int64_t i
   ForEachProduct(span, a0, b0, c0, product);
 }
 
-// Rows [i0, i1) of a pairs path's product in tiles of at most kMax rows: f(rows, bias, epilogue,
-// i), the first three std::integral_constant tags (the tile's template arguments), i its first row.
+// Rows [i0, i1) of a pairs path's product in tiles of at most kMax rows: f(rows_tag, bias_tag,
+// epilogue_tag, i), the tags std::integral_constants (the tile's template arguments), i its first row.
 template <int kMax, class F>
 HWY_INLINE void ForEachPairTile(const GemmArgs& g, int64_t i0, int64_t i1, const F& f) {
   ForEachRowTile<kMax>(i0, i1, [&](int64_t i, int64_t rows) {
@@ -644,7 +644,7 @@ HWY_INLINE hn::Vec<hn::Full512<float>> Columns89OfB(const float* HWY_RESTRICT b,
 
 // Rows 2 and 8 of a pairs-NN tile take their A pairs from a register (16 values of the row, 8
 // pairs, one load) with a permute; the other rows' are 64-bit broadcast loads. The k loop was
-// bound by those loads (10 a pair of k-steps, with B's 2); a permute runs on a vector port
+// bound by those loads (10 per pair of k-steps, plus B's 2); a permute runs on a vector port
 // beside the FMAs. On Zen 5, 8 alternating rounds against the all-broadcast loop, 640 × 128 × 10:
 // rows 1, 3, 6, 8 permuted 0.97× the time, rows 1, 5, 8 a further 0.97–0.98×, rows 2, 8 0.91×
 // in all (256 × 32 × 10: 0.95×); the chunked loop with no row permuted 1.01–1.04×. The values
@@ -683,7 +683,7 @@ HWY_INLINE void PairTileNN(const GemmArgs& g, const ProductSpan& span, int64_t i
     // Columns 0..7: B rows kk, kk + 1 interleaved, one FMA per row; in chunks of 8 pairs (16
     // k-steps, the rows of PermutedPairRow loaded whole, zero past k), idx picking pair q.
     const int64_t pairs = k / 2;
-    const __m512i two = _mm512_set1_epi32(2);
+    const __m512i next_pair = _mm512_set1_epi32(2);
 #pragma GCC unroll 1
     for (int64_t p0 = 0; p0 < pairs; p0 += 8) {
       const int64_t np = std::min<int64_t>(8, pairs - p0);
@@ -705,7 +705,7 @@ HWY_INLINE void PairTileNN(const GemmArgs& g, const ProductSpan& span, int64_t i
 #pragma GCC unroll 10
         for (int r = 0; r < R; ++r)
           if (PermutedPairRow(r)) acc[r] = hn::MulAdd(V{_mm512_permutexvar_ps(idx, chunk[r].raw)}, bp, acc[r]);
-        idx = _mm512_add_epi32(idx, two);
+        idx = _mm512_add_epi32(idx, next_pair);
         bk += 2 * ldb;
         ak += 2;
       }
