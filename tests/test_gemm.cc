@@ -795,6 +795,20 @@ std::vector<float> check_slices_and_bias(const Problem& p, uint32_t seed) {
   REQUIRE(bitwise_equal(with_bias, run_bias_slices(p, bias.data(), 3)));
   return one;
 }
+
+// `count` products of m × k by op(B) (n columns, B transposed with trans_b) through
+// sgemm_strided_batched: bitwise the same as one sgemm call per product.
+void require_batch_matches_calls(bool trans_b, int64_t m, int64_t n, int64_t k, int64_t count, uint32_t seed) {
+  const Problem p = make_problem(false, trans_b, m * count, n * count, k, 1.0f, 0.0f, 0, seed);
+  const int64_t ldb = trans_b ? k : n;
+  std::vector<float> batched = p.c, single = p.c;
+  attnkit::sgemm_strided_batched(false, trans_b, m, n, k, 1.0f, p.a.data(), k, m * k, p.b.data(), ldb, n * k, 0.0f,
+                                 batched.data(), n, m * n, count);
+  for (int64_t q = 0; q < count; ++q)
+    attnkit::sgemm(false, trans_b, m, n, k, 1.0f, p.a.data() + q * m * k, k, p.b.data() + q * n * k, ldb, 0.0f,
+                   single.data() + q * m * n, n);
+  REQUIRE(std::memcmp(batched.data(), single.data(), count * m * n * sizeof(float)) == 0);
+}
 }  // namespace
 
 // A transposed B of 5 to 8 columns with A not transposed (Q·Kᵀ at T <= 8): on AVX-512, k in
@@ -829,16 +843,8 @@ TEST_CASE("products with a transposed B of 5 to 8 columns (k in pairs) match a d
         }
     }
     // A batch: bitwise one call per product.
-    const int64_t count = 5, m = 8, n = 8, k = 32;
-    const Problem p = make_problem(false, true, m * count, n * count, k, 1.0f, 0.0f, 0, 7300);
-    std::vector<float> batched = p.c, single = p.c;
-    attnkit::sgemm_strided_batched(false, true, m, n, k, 1.0f, p.a.data(), k, m * k, p.b.data(), k, n * k, 0.0f,
-                                   batched.data(), n, m * n, count);
-    for (int64_t q = 0; q < count; ++q)
-      attnkit::sgemm(false, true, m, n, k, 1.0f, p.a.data() + q * m * k, k, p.b.data() + q * n * k, k, 0.0f,
-                     single.data() + q * m * n, n);
     INFO(target);
-    REQUIRE(std::memcmp(batched.data(), single.data(), count * m * n * sizeof(float)) == 0);
+    require_batch_matches_calls(true, 8, 8, 32, 5, 7300);
   });
 }
 
@@ -899,16 +905,8 @@ TEST_CASE("products of 9 or 10 columns with B not transposed (k in pairs and oct
       }
     // A batch: bitwise one call per product.
     for (int64_t k : {16, 32, 45}) {
-      const int64_t count = 7, m = 10, n = 10;
-      const Problem p = make_problem(false, false, m * count, n * count, k, 1.0f, 0.0f, 0, 7600);
-      std::vector<float> batched = p.c, single = p.c;
-      attnkit::sgemm_strided_batched(false, false, m, n, k, 1.0f, p.a.data(), k, m * k, p.b.data(), n, k * n, 0.0f,
-                                     batched.data(), n, m * n, count);
-      for (int64_t q = 0; q < count; ++q)
-        attnkit::sgemm(false, false, m, n, k, 1.0f, p.a.data() + q * m * k, k, p.b.data() + q * k * n, n, 0.0f,
-                       single.data() + q * m * n, n);
       INFO(target << " k=" << k);
-      REQUIRE(std::memcmp(batched.data(), single.data(), count * m * n * sizeof(float)) == 0);
+      require_batch_matches_calls(false, 10, 10, k, 7, 7600);
     }
   });
 }
