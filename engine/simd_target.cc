@@ -126,13 +126,26 @@ void force_small_gemm_values(const std::string& name) {
   }
 }
 
+void force_avx512_width(const std::string& name) {
+  const std::string wanted = upper(name);
+  if (wanted.empty() || wanted == "BEST") {
+    set_gemm_avx512_width(Avx512Width::kCpuDefault);
+  } else if (wanted == "FULL") {
+    set_gemm_avx512_width(Avx512Width::kFull);
+  } else if (wanted == "HALVES") {
+    set_gemm_avx512_width(Avx512Width::kHalves);
+  } else {
+    throw Error("unknown width of the AVX-512 core '" + name + "' (choices: full, halves, best)");
+  }
+}
+
 bool small_gemm_values_in_use() { return std::string(simd_target_name()).rfind("AVX3", 0) == 0; }
 
 void apply_simd_target_env() {
   static std::once_flag once;
   static std::string failure;
   std::call_once(once, [] {
-    for (const char* var : {"ATTNKIT_SIMD_TARGET", "ATTNKIT_BF16", "ATTNKIT_SMALL_GEMM"}) {
+    for (const char* var : {"ATTNKIT_SIMD_TARGET", "ATTNKIT_BF16", "ATTNKIT_SMALL_GEMM", "ATTNKIT_AVX512_WIDTH"}) {
       const char* value = std::getenv(var);
       if (!value) continue;
       try {
@@ -140,8 +153,10 @@ void apply_simd_target_env() {
           force_simd_target(value);
         } else if (std::string(var) == "ATTNKIT_BF16") {
           force_bf16_kernel(value);
-        } else {
+        } else if (std::string(var) == "ATTNKIT_SMALL_GEMM") {
           force_small_gemm_values(value);
+        } else {
+          force_avx512_width(value);
         }
       } catch (const Error& e) {
         failure = std::string(var) + "=" + value + ": " + e.what();

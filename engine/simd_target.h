@@ -34,10 +34,18 @@ void force_bf16_kernel(const std::string& name);
 void force_small_gemm_values(const std::string& name);
 
 // Whether that choice applies to the target in use (an AVX-512 one); below it, it does nothing.
+// (The same holds for force_avx512_width's.)
 bool small_gemm_values_in_use();
 
+// Makes the AVX-512 products shaped for a core that issues 512-bit operations whole or in two
+// 256-bit halves as `name` says (case-insensitive: "full", "halves"; "" or "best": this CPU's
+// default) — set_gemm_avx512_width in ops/gemm.h. Throws attnkit::Error naming the value and
+// the choices.
+void force_avx512_width(const std::string& name);
+
 // Applies ATTNKIT_SIMD_TARGET, then ATTNKIT_BF16 (force_bf16_kernel's names), then
-// ATTNKIT_SMALL_GEMM (force_small_gemm_values's), once per process (later calls do nothing, or throw the same
+// ATTNKIT_SMALL_GEMM (force_small_gemm_values's), then ATTNKIT_AVX512_WIDTH
+// (force_avx512_width's), once per process (later calls do nothing, or throw the same
 // error again). Executor's constructor calls it, so a program using the engine honours the
 // variable; programs calling the kernels in ops/ directly call it first. Throws
 // attnkit::Error naming the variable, its value and the choices when the value is not usable.

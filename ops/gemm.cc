@@ -80,6 +80,9 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <cblas.h>
 #include <omp.h>
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#include <cpuid.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -441,15 +444,23 @@ void reset_gemm_timing() {
 void set_gemm_direct_half_tiles(int mode) { gemm_detail::direct_half_tiles_mode = mode; }
 
 namespace {
-// SmallGemmValues::kCpuDefault: split on AMD, broadcast elsewhere (see gemm.h).
-bool CpuDefaultSmallSplit() {
+// The x86 family of an AMD CPU (base + extended family, CPUID leaf 1), 0 for other vendors.
+int AmdFamily() {
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
   __builtin_cpu_init();  // (runs before main: the CPU model is not known yet)
-  return __builtin_cpu_is("amd");
+  if (!__builtin_cpu_is("amd")) return 0;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return 0;
+  const int base = static_cast<int>((eax >> 8) & 0xF);
+  return base == 0xF ? base + static_cast<int>((eax >> 20) & 0xFF) : base;
 #else
-  return false;
+  return 0;
 #endif
 }
+// SmallGemmValues::kCpuDefault: split on AMD Zen 5 and later, broadcast elsewhere (see gemm.h).
+bool CpuDefaultSmallSplit() { return AmdFamily() >= 0x1A; }
+// Avx512Width::kCpuDefault: halves on AMD family 0x19 (Zen 3 has no AVX-512, Zen 4 splits it).
+bool CpuDefaultAvx512Halves() { return AmdFamily() == 0x19; }
 // Whether set_gemm_small_values ran (constant-initialized: a call from another static
 // initializer before this file's keeps its choice).
 bool g_small_values_set = false;
@@ -466,6 +477,20 @@ SmallGemmValues gemm_small_values() {
   return gemm_detail::small_split ? SmallGemmValues::kSplit : SmallGemmValues::kBroadcast;
 }
 const char* gemm_small_values_name() { return gemm_detail::small_split ? "split" : "broadcast"; }
+
+namespace {
+bool g_avx512_width_set = false;  // (as g_small_values_set)
+[[maybe_unused]] const bool g_avx512_halves_at_start =
+    g_avx512_width_set ? gemm_detail::avx512_halves : (gemm_detail::avx512_halves = CpuDefaultAvx512Halves());
+}  // namespace
+
+void set_gemm_avx512_width(Avx512Width width) {
+  g_avx512_width_set = true;
+  gemm_detail::avx512_halves =
+      width == Avx512Width::kCpuDefault ? CpuDefaultAvx512Halves() : width == Avx512Width::kHalves;
+}
+Avx512Width gemm_avx512_width() { return gemm_detail::avx512_halves ? Avx512Width::kHalves : Avx512Width::kFull; }
+const char* gemm_avx512_width_name() { return gemm_detail::avx512_halves ? "halves" : "full"; }
 GemmBackend gemm_backend() { return g_backend.load(); }
 
 const char* simd_target_name() {

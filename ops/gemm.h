@@ -126,9 +126,11 @@ void set_gemm_direct_half_tiles(int mode);
 // lesson models and their batches; k <= 16, or any k with A transposed) get A's values, one
 // per FMA: kSplit broadcasts half of the
 // rows' values from memory (a load port) and permutes the other half's out of a register (a
-// shuffle port); kBroadcast broadcasts every one from memory. kCpuDefault: split on AMD (Zen 5
-// runs shuffles on a port of their own, and split measured fastest there), broadcast
-// elsewhere (on Intel a 512-bit permute takes port 5, one of the two FMA ports). The values
+// shuffle port); kBroadcast broadcasts every one from memory. kCpuDefault: split on AMD Zen 5
+// and later (family 0x1A on; shuffles on a port of their own there, and split measured
+// fastest), broadcast elsewhere (on Intel a 512-bit permute takes port 5, one of the two FMA
+// ports; on Zen 4 a 512-bit permute occupies the FMA pipes' ports twice: the attention
+// products 0.89-0.91x the time with broadcast). The values
 // never depend on it; other targets ignore it. The environment variable ATTNKIT_SMALL_GEMM
 // (engine/simd_target.h) sets it for a process. Not thread-safe: set it before running kernels.
 enum class SmallGemmValues { kCpuDefault, kSplit, kBroadcast };
@@ -136,5 +138,21 @@ void set_gemm_small_values(SmallGemmValues values);
 // The one in use (kSplit or kBroadcast) and its name, "split" or "broadcast".
 SmallGemmValues gemm_small_values();
 const char* gemm_small_values_name();
+
+// How the AVX-512 products are shaped for this core. kHalves: for a core that issues 512-bit
+// operations as two 256-bit halves (AMD Zen 4): products of at most 16 k-steps and more than
+// one vector of columns (dx = dy·Wᵀ of a narrow layer) take the direct path's 12-row tiles, and
+// A·B with 9 or 10 columns stays on the small path instead of the pairs path (k in pairs, every
+// lane working, but one permute per FMA pair). kFull: those two paths (measured fastest on Zen 5).
+// kCpuDefault: kHalves on AMD family 0x19 (Zen 4), kFull elsewhere. The pairs path sums k in
+// its own order, so for 9 or 10 columns and k >= 32 the two choices differ in the last bits;
+// the other choice never changes a bit. Other targets ignore it. The environment variable
+// ATTNKIT_AVX512_WIDTH (engine/simd_target.h) sets it for a process. Not thread-safe: set it
+// before running kernels.
+enum class Avx512Width { kCpuDefault, kFull, kHalves };
+void set_gemm_avx512_width(Avx512Width width);
+// The one in use (kFull or kHalves) and its name, "full" or "halves".
+Avx512Width gemm_avx512_width();
+const char* gemm_avx512_width_name();
 
 }  // namespace attnkit

@@ -539,7 +539,10 @@ inline bool GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
   // through the direct tiles' tail).
   // The epilogue goes into the same stores (a ReLU's backward mask on dx = dy·Wᵀ of a narrow
   // layer: the separate pass over [640, 128] was 3% of neighbor-sum's step).
-  if (g.k <= 256 && (g.k <= 16 || j1 - j0 <= lanes)) {
+  // Not where 512-bit operations issue in halves (Zen 4) with more than one vector of columns:
+  // there the direct path's 12 × 2-vector tiles were faster (640 × 128 × 10 dx: 0.93× the time).
+  const bool short_k = g.k <= 16 && !(gemm_detail::avx512_halves && j1 - j0 > lanes);
+  if (g.k <= 256 && (short_k || j1 - j0 <= lanes)) {
     GemmArgs gs = g;  // columns from j0 (C, bias, mask and addend)
     gs.trans_b = false;
     gs.b = b;

@@ -599,9 +599,13 @@ HWY_INLINE void PairRowsNT(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0
 // A bias and an epilogue go into the stores, as the small path's do.
 // From k = 32: at k = 16 (the batched 10 × 16 × 10) the sums' folding after the k loop costs
 // more than the FMAs saved (4.2 µs against the small path's 3.5 for 128 products).
+// Not where 512-bit operations issue in halves (gemm_detail::avx512_halves, Zen 4): there the
+// interleaving permutes share the FMA pipes' ports; without this path 256 × 32 × 10 took
+// 0.88–0.91× the time, 640 × 128 × 10 0.98–1.02× (bench_gemm, alternating rounds).
 inline constexpr int64_t kPairsNNMinK = 32;
 HWY_INLINE bool UsePairsNN(const GemmArgs& g) {
-  return !g.trans_b && !g.trans_a && g.n >= 9 && g.n <= 10 && g.k >= kPairsNNMinK && g.k <= 256;
+  return !gemm_detail::avx512_halves && !g.trans_b && !g.trans_a && g.n >= 9 && g.n <= 10 && g.k >= kPairsNNMinK &&
+         g.k <= 256;
 }
 
 // Rows of a pairs-NN tile: its two sets of accumulators (2 · R vectors) and the shared

@@ -104,6 +104,12 @@ inline int direct_half_tiles_mode = -1;
 // from the CPU's vendor (gemm.cc: CpuDefaultSmallSplit).
 inline bool small_split = false;
 
+// set_gemm_avx512_width's choice: whether this core issues a 512-bit vector operation as two
+// 256-bit halves (AMD Zen 4: one 512-bit FMA a cycle, permutes on the FMA pipes' ports), so
+// that the AVX-512 paths which trade shuffles for FMAs lose. Set before main from the CPU
+// (gemm.cc: CpuDefaultAvx512Halves).
+inline bool avx512_halves = false;
+
 }  // namespace attnkit::gemm_detail
 #endif  // ATTNKIT_OPS_GEMM_TILE_SHARED_H_
 

@@ -603,6 +603,21 @@ TEST_CASE("version names the SIMD target and ATTNKIT_SIMD_TARGET forces a lower 
   CHECK(bad_small.code == 2);
   CHECK(bad_small.err.find("ATTNKIT_SMALL_GEMM=gather: unknown way for the small products to get A's values 'gather' "
                            "(choices: split, broadcast, best)") != std::string::npos);
+  // The AVX-512 core width the products are shaped for: this CPU's, or forced either way.
+  CHECK((best.out.find("AVX-512 core width (products shaped for it): full") != std::string::npos ||
+         best.out.find("AVX-512 core width (products shaped for it): halves") != std::string::npos));
+  for (const char* width : {"Halves", "full"}) {
+    const Result shaped = sh(std::string("ATTNKIT_AVX512_WIDTH=") + width + " '" + ATTNKIT_CLI + "' --version", dir);
+    CHECK(shaped.code == 0);
+    std::string name = width;
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    CHECK(shaped.out.find("AVX-512 core width (products shaped for it): " + name + " (ATTNKIT_AVX512_WIDTH)") !=
+          std::string::npos);
+  }
+  const Result bad_width = sh(std::string("ATTNKIT_AVX512_WIDTH=quarters '") + ATTNKIT_CLI + "' --version", dir);
+  CHECK(bad_width.code == 2);
+  CHECK(bad_width.err.find("ATTNKIT_AVX512_WIDTH=quarters: unknown width of the AVX-512 core 'quarters' "
+                           "(choices: full, halves, best)") != std::string::npos);
 }
 
 TEST_CASE("train --precision bf16: metrics name the precision and kernel, a checkpoint resumes in f32, bad names are usage errors") {

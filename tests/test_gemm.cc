@@ -811,6 +811,54 @@ void require_batch_matches_calls(bool trans_b, int64_t m, int64_t n, int64_t k, 
 }
 }  // namespace
 
+namespace {
+// Sets the AVX-512 width choice (set_gemm_avx512_width) for a scope and gives back the one in
+// use before (ATTNKIT_AVX512_WIDTH's, say), however the scope ends.
+struct ScopedAvx512Width {
+  attnkit::Avx512Width was = attnkit::gemm_avx512_width();
+  explicit ScopedAvx512Width(attnkit::Avx512Width w) { attnkit::set_gemm_avx512_width(w); }
+  ~ScopedAvx512Width() { attnkit::set_gemm_avx512_width(was); }
+};
+
+}  // namespace
+
+// The AVX-512 width choice (set_gemm_avx512_width / ATTNKIT_AVX512_WIDTH, chosen per CPU): for
+// a core that issues 512-bit operations in halves (Zen 4), products of k <= 16 over more than
+// one vector of columns take the direct path's tiles instead of the small path's; both compute
+// each element as the same FMA chain, so the bits are the same, plain and with a bias, per call
+// and over slices, and both match the double reference.
+TEST_CASE("the AVX-512 width choice changes no bits of short-k products", "[gemm]") {
+  const std::vector<std::pair<float, float>> scalars = {{1, 0}, {1, 1}, {-0.5f, 1.5f}, {2, 0}};
+  attnkit::test::for_each_simd_target([&](const std::string& target) {
+    uint32_t seed = 12500;
+    for (int tb = 0; tb < 2; ++tb)
+      for (int64_t m : {1, 7, 12, 13, 30, 64})
+        for (int64_t n : {17, 32, 33, 48, 64, 100, 128})
+          for (int64_t k : {1, 2, 10, 16}) {
+            if ((m + n + k + tb) % 2 != 0) continue;  // thin the grid
+            const auto [alpha, beta] = scalars[seed % scalars.size()];
+            const Problem p = make_problem(false, tb, m, n, k, alpha, beta, (seed / 4) % 2 ? 0 : 3, seed);
+            const std::vector<float> bias = random_bias(n, seed);
+            ++seed;
+            INFO(target << " tb=" << tb << " m=" << m << " n=" << n << " k=" << k << " alpha=" << alpha
+                        << " beta=" << beta);
+            std::vector<float> got[2], with_bias[2];
+            int idx = 0;
+            for (attnkit::Avx512Width w : {attnkit::Avx512Width::kFull, attnkit::Avx512Width::kHalves}) {
+              const ScopedAvx512Width scoped(w);
+              got[idx] = run_slices(p, 1);
+              REQUIRE(bitwise_equal(got[idx], run_slices(p, 3)));
+              with_bias[idx] = run_bias_slices(p, bias.data(), 1);
+              ++idx;
+            }
+            check_against_reference(p, got[0]);
+            check_against_reference(p, with_bias[1], bias.data());
+            REQUIRE(bitwise_equal(got[0], got[1]));
+            REQUIRE(bitwise_equal(with_bias[0], with_bias[1]));
+          }
+  });
+}
+
 // A transposed B of 5 to 8 columns with A not transposed (Q·Kᵀ at T <= 8): on AVX-512, k in
 // pairs (even and odd k in neighbouring lanes, added at the end), an odd last k alone, several
 // 16-k chunks, tiles of up to 12 rows; the same bits whatever the slices or the batching, a
@@ -856,59 +904,65 @@ TEST_CASE("products with a transposed B of 5 to 8 columns (k in pairs) match a d
 TEST_CASE("products of 9 or 10 columns with B not transposed (k in pairs and octets) match a double reference",
           "[gemm]") {
   const std::vector<std::pair<float, float>> scalars = {{1, 0}, {-0.5f, 1}, {2, -0.5f}, {2, 0}};
-  attnkit::test::for_each_simd_target([&](const std::string& target) {
-    uint32_t seed = 7500;
-    for (int64_t m : {1, 2, 9, 10, 11, 19, 21, 40, 130})
-      for (int64_t n : {9, 10})
-        for (int64_t k : {16, 31, 32, 33, 38, 39, 40, 41, 47, 48, 49, 63, 64, 65, 127, 128, 129, 255, 256, 257}) {
-          const auto [alpha, beta] = scalars[seed % scalars.size()];
-          const int64_t pad = seed % 3 == 0 ? 0 : seed % 3 == 1 ? 1 : 17;
-          const Problem p = make_problem(false, false, m, n, k, alpha, beta, pad, seed);
-          ++seed;
-          INFO(target << " m=" << m << " n=" << n << " k=" << k << " beta=" << beta << " pad=" << pad);
-          const std::vector<float> one = check_slices_and_bias(p, seed);
-          // Rows 3.. as a product of their own: the same sums, bitwise.
-          if (m > 3 && beta == 0.0f) {
-            std::vector<float> tail(static_cast<size_t>((m - 3) * p.ldc), 0.0f);
-            attnkit::sgemm_slice(false, false, m - 3, n, k, alpha, p.a.data() + 3 * p.lda, p.lda, p.b.data(), p.ldb,
-                                 0.0f, tail.data(), p.ldc, Slice{});
-            for (int64_t i = 0; i < m - 3; ++i)
-              REQUIRE(std::memcmp(tail.data() + i * p.ldc, one.data() + (i + 3) * p.ldc, n * sizeof(float)) == 0);
+  // The pairs path where 512-bit operations are whole, the small path for a core that splits
+  // them (Zen 4): both ways on every CPU.
+  for (attnkit::Avx512Width width : {attnkit::Avx512Width::kFull, attnkit::Avx512Width::kHalves}) {
+    const ScopedAvx512Width scoped(width);
+    attnkit::test::for_each_simd_target([&](const std::string& target_name) {
+      const std::string target = target_name + (width == attnkit::Avx512Width::kFull ? " full" : " halves");
+      uint32_t seed = 7500;
+      for (int64_t m : {1, 2, 9, 10, 11, 19, 21, 40, 130})
+        for (int64_t n : {9, 10})
+          for (int64_t k : {16, 31, 32, 33, 38, 39, 40, 41, 47, 48, 49, 63, 64, 65, 127, 128, 129, 255, 256, 257}) {
+            const auto [alpha, beta] = scalars[seed % scalars.size()];
+            const int64_t pad = seed % 3 == 0 ? 0 : seed % 3 == 1 ? 1 : 17;
+            const Problem p = make_problem(false, false, m, n, k, alpha, beta, pad, seed);
+            ++seed;
+            INFO(target << " m=" << m << " n=" << n << " k=" << k << " beta=" << beta << " pad=" << pad);
+            const std::vector<float> one = check_slices_and_bias(p, seed);
+            // Rows 3.. as a product of their own: the same sums, bitwise.
+            if (m > 3 && beta == 0.0f) {
+              std::vector<float> tail(static_cast<size_t>((m - 3) * p.ldc), 0.0f);
+              attnkit::sgemm_slice(false, false, m - 3, n, k, alpha, p.a.data() + 3 * p.lda, p.lda, p.b.data(), p.ldb,
+                                   0.0f, tail.data(), p.ldc, Slice{});
+              for (int64_t i = 0; i < m - 3; ++i)
+                REQUIRE(std::memcmp(tail.data() + i * p.ldc, one.data() + (i + 3) * p.ldc, n * sizeof(float)) == 0);
+            }
           }
+      // Infinities in A's last k-steps (the odd last k, the last octet) meet a finite B: ±inf in
+      // every column, never NaN from the lanes past k.
+      for (int64_t k : {33, 39, 41, 47, 49}) {
+        for (int64_t n : {9, 10}) {
+          Problem p = make_problem(false, false, 10, n, k, 1.0f, 0.0f, 0, 7400 + static_cast<uint32_t>(k));
+          for (int64_t i = 0; i < p.m; ++i) p.a[i * p.lda + k - 1] = std::numeric_limits<float>::infinity();
+          for (int64_t j = 0; j < p.n; ++j) p.b[(k - 1) * p.ldb + j] = j % 2 ? 1.0f : -1.0f;
+          const std::vector<float> got = run_slices(p, 1);
+          for (int64_t i = 0; i < p.m; ++i)
+            for (int64_t j = 0; j < p.n; ++j) {
+              INFO(target << " k=" << k << " n=" << n << " C[" << i << "," << j << "] = " << got[i * p.ldc + j]);
+              REQUIRE(got[i * p.ldc + j] == (j % 2 ? 1.0f : -1.0f) * std::numeric_limits<float>::infinity());
+            }
         }
-    // Infinities in A's last k-steps (the odd last k, the last octet) meet a finite B: ±inf in
-    // every column, never NaN from the lanes past k.
-    for (int64_t k : {33, 39, 41, 47, 49}) {
-      for (int64_t n : {9, 10}) {
-        Problem p = make_problem(false, false, 10, n, k, 1.0f, 0.0f, 0, 7400 + static_cast<uint32_t>(k));
-        for (int64_t i = 0; i < p.m; ++i) p.a[i * p.lda + k - 1] = std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < p.n; ++j) p.b[(k - 1) * p.ldb + j] = j % 2 ? 1.0f : -1.0f;
-        const std::vector<float> got = run_slices(p, 1);
-        for (int64_t i = 0; i < p.m; ++i)
-          for (int64_t j = 0; j < p.n; ++j) {
-            INFO(target << " k=" << k << " n=" << n << " C[" << i << "," << j << "] = " << got[i * p.ldc + j]);
-            REQUIRE(got[i * p.ldc + j] == (j % 2 ? 1.0f : -1.0f) * std::numeric_limits<float>::infinity());
-          }
       }
-    }
-    // NaN in the padding past A's k columns and past B's n columns: the lanes past k (an odd
-    // last k, a last octet of 1..7) and past column 9 are never read as values.
-    for (int64_t k : {32, 33, 39, 41, 47, 49, 63})
-      for (int64_t n : {9, 10}) {
-        Problem p = make_problem(false, false, 13, n, k, 1.0f, 0.0f, 5, 7450 + static_cast<uint32_t>(k));
-        for (int64_t i = 0; i < p.m; ++i)
-          for (int64_t q = k; q < p.lda; ++q) p.a[i * p.lda + q] = std::numeric_limits<float>::quiet_NaN();
-        for (int64_t q = 0; q < k; ++q)
-          for (int64_t j = n; j < p.ldb; ++j) p.b[q * p.ldb + j] = std::numeric_limits<float>::quiet_NaN();
-        INFO(target << " NaN padding, k=" << k << " n=" << n);
-        check_against_reference(p, run_slices(p, 1));
+      // NaN in the padding past A's k columns and past B's n columns: the lanes past k (an odd
+      // last k, a last octet of 1..7) and past column 9 are never read as values.
+      for (int64_t k : {32, 33, 39, 41, 47, 49, 63})
+        for (int64_t n : {9, 10}) {
+          Problem p = make_problem(false, false, 13, n, k, 1.0f, 0.0f, 5, 7450 + static_cast<uint32_t>(k));
+          for (int64_t i = 0; i < p.m; ++i)
+            for (int64_t q = k; q < p.lda; ++q) p.a[i * p.lda + q] = std::numeric_limits<float>::quiet_NaN();
+          for (int64_t q = 0; q < k; ++q)
+            for (int64_t j = n; j < p.ldb; ++j) p.b[q * p.ldb + j] = std::numeric_limits<float>::quiet_NaN();
+          INFO(target << " NaN padding, k=" << k << " n=" << n);
+          check_against_reference(p, run_slices(p, 1));
+        }
+      // A batch: bitwise one call per product.
+      for (int64_t k : {16, 32, 45}) {
+        INFO(target << " k=" << k);
+        require_batch_matches_calls(false, 10, 10, k, 7, 7600);
       }
-    // A batch: bitwise one call per product.
-    for (int64_t k : {16, 32, 45}) {
-      INFO(target << " k=" << k);
-      require_batch_matches_calls(false, 10, 10, k, 7, 7600);
-    }
-  });
+    });
+  }
 }
 
 // The attention products of the lesson models (one sgemm_slice per (batch, head) over
