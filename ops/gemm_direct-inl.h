@@ -175,7 +175,8 @@ HWY_INLINE hn::Vec<D> DirectBroadcast(D d, const float* HWY_RESTRICT p) {
 // kEpilogue (C overwritten only) g's relu / mask / addend go into the same stores, c being
 // C[i, j] (EpilogueLanes: the separate pass's bits).
 // Out of line on AVX-512, where short-k products take the small path instead and every whole
-// tile here runs k > 16: inlined into GemmDirect, its epilogue kept 24 C addresses in stack
+// tile here runs k > 16 (Zen 4's short-k products of several vectors too, see GemmDirect):
+// inlined into GemmDirect, its epilogue kept 24 C addresses in stack
 // slots and the rest of GemmDirect lost registers to it (640 × 32 × 32: 0.89–0.97× → 1.00×
 // OpenBLAS on Zen 5). Inline elsewhere: on AVX2 every product's tiles come here, k = 2 too,
 // whose tiles a call per tile made 10% slower.
