@@ -162,6 +162,7 @@ def main():
                  f"best SIMD target **{best}**" + (f", compared with the same binary forced to {lower}"
                                                    if len(targets) == 2 else "") +
                  f"; small products' A values: {best_ctx.get('attnkit_small_gemm', '?')}"
+                 f"; AVX-512 core width: {best_ctx.get('attnkit_avx512_width', '?')}"
                  f"; OpenBLAS kernels: {best_ctx.get('openblas_kernels', '?')}; one thread; "
                  f"{args.rounds} round(s), medians of 5 repetitions each.")
     lines.append("")
