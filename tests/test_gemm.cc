@@ -809,9 +809,7 @@ void require_batch_matches_calls(bool trans_b, int64_t m, int64_t n, int64_t k, 
                    single.data() + q * m * n, n);
   REQUIRE(std::memcmp(batched.data(), single.data(), count * m * n * sizeof(float)) == 0);
 }
-}  // namespace
 
-namespace {
 // Sets the AVX-512 width choice (set_gemm_avx512_width) for a scope and gives back the one in
 // use before (ATTNKIT_AVX512_WIDTH's, say), however the scope ends.
 struct ScopedAvx512Width {
@@ -819,7 +817,6 @@ struct ScopedAvx512Width {
   explicit ScopedAvx512Width(attnkit::Avx512Width w) { attnkit::set_gemm_avx512_width(w); }
   ~ScopedAvx512Width() { attnkit::set_gemm_avx512_width(was); }
 };
-
 }  // namespace
 
 // The AVX-512 width choice (set_gemm_avx512_width / ATTNKIT_AVX512_WIDTH, chosen per CPU): for
