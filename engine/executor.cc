@@ -144,7 +144,8 @@ bool trains_row_by_row(const Graph& g) {
       case OpKind::kEmbedding: case OpKind::kLinear: case OpKind::kAdd: case OpKind::kRelu:
       case OpKind::kLayerNorm: case OpKind::kAttention: case OpKind::kEmbeddingBackward:
       case OpKind::kLinearBackward: case OpKind::kReluBackward: case OpKind::kLayerNormBackward:
-      case OpKind::kAttentionBackward: case OpKind::kAccumulate: case OpKind::kBiasBackward:
+      case OpKind::kAttentionBackward: case OpKind::kAttentionValuesBackward: case OpKind::kAccumulate:
+      case OpKind::kBiasBackward:
         break;
       case OpKind::kCrossEntropy: case OpKind::kCrossEntropyBackward:
         if (g.tensor(n.in[1]).storage != Storage::kInput) return false;

@@ -40,12 +40,10 @@ struct NodeAttrs {
   bool indexed = false;
   // kAttention, training (Graph::index_attention_values): v (in[2]) is a per-(token, position)
   // table [V, T, Dv] and in[4] the ids [B, T]; row t of sequence b's values is row
-  // ids[b, t]·T + t of it. q, k and the output keep their layout. kAttentionBackward: its dv
-  // output is then the [B, T, Dv] gradient of those rows (in[7]: the ids).
+  // ids[b, t]·T + t of it. q, k and the output keep their layout. Its backward: a
+  // kAttentionBackward without dv (in[7]: the ids) and a kAttentionValuesBackward that adds
+  // the sequences' value-row gradients into the table's gradient.
   bool v_indexed = false;
-  // kEmbeddingBackward of an indexed attention's values: dy row i adds into table row
-  // ids[i]·positions + i % positions (0: row ids[i], a plain embedding's backward).
-  int64_t positions = 0;
   float scale = 1.0f;
   float eps = 1e-5f;
   bool causal = false;

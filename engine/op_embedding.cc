@@ -58,11 +58,6 @@ void embedding_differentiate(Autodiff& ad, const Node& n) {
 void embedding_backward_run(const RunContext& c, const Node& n, Slice s) {
   const Shape ts = c.shape(n.out[0]);
   const int64_t rows = c.shape(n.in[0]).numel();
-  if (n.attrs.positions > 0) {  // an indexed attention's value rows into its [V, T, dim] table
-    embedding_backward(c.i32(n.in[0]), c.f32(n.in[1]), c.f32(n.out[0]), rows, ts.numel() / ts[-1], ts[-1], s,
-                       n.accumulates(0), n.attrs.positions);
-    return;
-  }
   if (n.out.size() > 1 && n.out[1] != kNoTensor) {
     embedding_addend_backward(c.i32(n.in[0]), c.f32(n.in[1]), c.f32(n.out[0]), c.f32(n.out[1]), rows, ts[0],
                               ts[1], c.shape(n.out[1]).rows(), s, n.accumulates(0), n.accumulates(1));

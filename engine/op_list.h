@@ -17,6 +17,7 @@
   X(kReluBackward, kReluBackwardOp)                     \
   X(kLayerNormBackward, kLayerNormBackwardOp)           \
   X(kAttentionBackward, kAttentionBackwardOp)           \
+  X(kAttentionValuesBackward, kAttentionValuesBackwardOp) \
   X(kCrossEntropyBackward, kCrossEntropyBackwardOp)     \
   X(kAccumulate, kAccumulateOp)                         \
   X(kBiasBackward, kBiasBackwardOp)                     \

@@ -721,6 +721,116 @@ HWY_INLINE bool WithTags(int64_t seq_len, const AttentionDims& m, const F& f) {
   return full_h ? run(D8(), DF()) : run(D8(), D8());
 }
 
+// The value table's gradient of a training attention with values from a table
+// (AttentionDims::v_ids): for key positions [l0, l1), table row v_ids[b·tk + l]·tk + l, head
+// h's columns, gets Σ_i P[b, h, i, l]·dy[b, i] added for every batch entry b in order — the
+// same sums in the same order as the backward's dv rows scattered by an embedding backward.
+// Positions own disjoint table rows, so position ranges can run on different threads.
+//
+// out[r][col + v·N + lane] += Σ_{i < len} coef[r][i·cls] · mat[i·ms + col + v·N + lane] for
+// r < R, v < V: R output rows (table rows of an entry's (position, head) pairs) that read the
+// same matrix rows (dy), one FMA chain per element started by its first term.
+template <int R, int V, class D>
+HWY_INLINE void TableRowsBlock(D d, const float* const* HWY_RESTRICT coef, int64_t cls, int64_t len,
+                               const float* HWY_RESTRICT mat, int64_t ms, int64_t col, float* const* out) {
+  const int64_t N = LanesOf(d);
+  hn::Vec<D> acc[R][V];
+  {
+    hn::Vec<D> row[V];
+    for (int v = 0; v < V; ++v) row[v] = hn::LoadU(d, mat + col + v * N);
+    for (int r = 0; r < R; ++r) {
+      const auto c = hn::Set(d, coef[r][0]);
+      for (int v = 0; v < V; ++v) acc[r][v] = hn::Mul(c, row[v]);
+    }
+  }
+  for (int64_t i = 1; i < len; ++i) {
+    hn::Vec<D> row[V];
+    for (int v = 0; v < V; ++v) {
+      row[v] = hn::LoadU(d, mat + i * ms + col + v * N);
+      if constexpr (R > 1) KeepInRegister(row[v]);  // (one load for its R FMAs)
+    }
+    for (int r = 0; r < R; ++r) {
+      const auto c = hn::Set(d, coef[r][i * cls]);
+      for (int v = 0; v < V; ++v) acc[r][v] = hn::MulAdd(c, row[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) {
+      float* o = out[r] + col + v * N;
+      hn::StoreU(hn::Add(hn::LoadU(d, o), acc[r][v]), d, o);
+    }
+}
+
+// Rows of TableRowsBlock over `vecs` whole vectors of columns, kSummedVecs at a time: on
+// AVX-512 4 rows × 4 vectors (4 loads and 4 broadcasts a step for 16 FMAs; 2 rows × 8 vectors
+// took 10 for 16, and ran at ~70% of the FMA rate on Zen 4).
+template <int R, class D>
+HWY_NOINLINE void TableRowsVecs(D d, int64_t vecs, const float* const* coef, int64_t cls, int64_t len,
+                              const float* mat, int64_t ms, float* const* out) {
+  const int64_t N = LanesOf(d);
+  int64_t v = 0;
+  for (; v + kSummedVecs <= vecs; v += kSummedVecs)
+    TableRowsBlock<R, kSummedVecs>(d, coef, cls, len, mat, ms, v * N, out);
+  switch (vecs - v) {
+    case 1: return TableRowsBlock<R, 1>(d, coef, cls, len, mat, ms, v * N, out);
+    case 2: return TableRowsBlock<R, 2>(d, coef, cls, len, mat, ms, v * N, out);
+    case 3: return TableRowsBlock<R, 3>(d, coef, cls, len, mat, ms, v * N, out);
+    default: return;
+  }
+}
+
+template <class D>
+HWY_NOINLINE void ValueTableRows(D d, const float* probs, const float* dy, float* dtable, const AttentionDims& m,
+                                 int64_t batch, int64_t l0, int64_t l1) {
+  const int64_t N = LanesOf(d), vecs = m.dvh / N, rest = vecs * N, ldy = m.y_row(), tt = m.tq * m.tk;
+  // Rows that read the same dy rows: all of an entry's (position, head) pairs when the heads
+  // share dy (sum_heads), else one head's positions at a time.
+  const int64_t group_heads = m.sum_heads ? m.heads : 1;
+  const int64_t positions = l1 - l0, rows = group_heads * positions;
+  constexpr int64_t kMaxRows = kMaxKeys * 16;
+  if (rows <= 0) return;
+  const float* coef[kMaxRows];
+  float* out[kMaxRows];
+  for (int64_t b = 0; b < batch; ++b)  // (b outer: the entry's dy rows stay in L1 for its positions)
+    for (int64_t h0 = 0; h0 < m.heads; h0 += group_heads) {
+      const float* yh = dy + b * m.tq * ldy + h0 * m.y_head();
+      for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {  // (more heads than one call's rows)
+        const int64_t n = std::min(kMaxRows, rows - r0);
+        for (int64_t r = 0; r < n; ++r) {
+          const int64_t h = h0 + (r0 + r) / positions, l = l0 + (r0 + r) % positions;
+          coef[r] = probs + (b * m.heads + h) * tt + l;  // P[b, h, i, l] at coef[r][i·tk]
+          out[r] = dtable + (static_cast<int64_t>(m.v_ids[b * m.tk + l]) * m.tk + l) * m.dv + h * m.dvh;
+        }
+        int64_t r = 0;
+        if (vecs > 0) {
+          constexpr int R = kSummedRows;
+          for (; r + R <= n; r += R) TableRowsVecs<R>(d, vecs, coef + r, m.tk, m.tq, yh, ldy, out + r);
+          if (R > 2 && r + 2 <= n) TableRowsVecs<2>(d, vecs, coef + r, m.tk, m.tq, yh, ldy, out + r), r += 2;
+          for (; r < n; ++r) TableRowsVecs<1>(d, vecs, coef + r, m.tk, m.tq, yh, ldy, out + r);
+        }
+        for (r = 0; r < n; ++r)  // columns past the whole vectors
+          for (int64_t c = rest; c < m.dvh; ++c) {
+            float s = coef[r][0] * yh[c];
+            for (int64_t i = 1; i < m.tq; ++i) s += coef[r][i * m.tk] * yh[i * ldy + c];
+            out[r][c] += s;
+          }
+      }
+    }
+}
+
+void AttentionValueTableBackward(const float* probs, const float* dy, float* dtable, const AttentionDims& m,
+                                 int64_t batch, int64_t vocab, bool accumulate, int64_t l0, int64_t l1) {
+  if (!accumulate)
+    for (int64_t t = 0; t < vocab; ++t)
+      for (int64_t l = l0; l < l1; ++l)
+        std::memset(dtable + (t * m.tk + l) * m.dv, 0, static_cast<size_t>(m.dv) * sizeof(float));
+  if (!UseFull(m.dvh, true) && m.dvh % LanesOf(D8()) == 0) {  // (head sizes 8, 24, 40 on 16 lanes)
+    ValueTableRows(D8(), probs, dy, dtable, m, batch, l0, l1);
+  } else {
+    ValueTableRows(DF(), probs, dy, dtable, m, batch, l0, l1);
+  }
+}
+
 bool AttentionShortBackward(const float* q, const float* k, const float* v, const float* probs,
                             const float* dy, float* dq, float* dk, float* dv, bool accumulate_q,
                             bool accumulate_k, bool accumulate_v, const AttentionDims& m,
@@ -776,6 +886,12 @@ HWY_EXPORT(AttentionIndexedFits);
 HWY_EXPORT(AttentionIndexedScores);
 HWY_EXPORT(AttentionIndexedValues);
 HWY_EXPORT(AttentionIndexedTableProbs);
+HWY_EXPORT(AttentionValueTableBackward);
+
+void attention_value_table_backward(const float* probs, const float* dy, float* dtable, const AttentionDims& m,
+                                    int64_t batch, int64_t vocab, bool accumulate, int64_t l0, int64_t l1) {
+  HWY_DYNAMIC_DISPATCH(AttentionValueTableBackward)(probs, dy, dtable, m, batch, vocab, accumulate, l0, l1);
+}
 
 void attention_indexed_table_probs(const float* q, const float* k, float* probs, const AttentionDims& m,
                                    const AttentionMasking& mk, int64_t b0, int64_t b1) {

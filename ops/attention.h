@@ -93,6 +93,14 @@ void attention_indexed_table_probs(const float* q, const float* k, float* probs,
 void attention_indexed_values(const float* probs, const float* v, float* y, const AttentionDims& m, int64_t b0,
                               int64_t b1);
 
+// The value table's gradient of a training attention whose values come from a table
+// (m.v_ids; any dims): for key positions [l0, l1), table rows v_ids[b·tk + l]·tk + l of dtable
+// [vocab, tk, dv] get Σ_i P[b, h, i, l]·dy[b, i] (head h's columns; sum_heads: every head reads
+// the one dy) for batch entries b < batch, in order, after zeroing those positions' rows
+// unless `accumulate`. Position ranges own disjoint rows: they may run on different threads.
+void attention_value_table_backward(const float* probs, const float* dy, float* dtable, const AttentionDims& m,
+                                    int64_t batch, int64_t vocab, bool accumulate, int64_t l0, int64_t l1);
+
 // Any dims (ops/attention_products.cc): products [p0, p1) of the forward — probs =
 // softmax(scale·Q·Kᵀ, masked), y = probs·V (both overwritten) — through the short path when
 // it fits, else GEMM calls per product while the product's T × T block is in cache.

@@ -42,16 +42,13 @@ void EmbeddingForward(const float* table, const int32_t* ids, float* y, int64_t 
 
 // In the forward pass row ids[i] was copied to y[i]: its gradient is the sum of those dy rows.
 // Every slice scans all ids in order and only adds to the table rows it owns.
-// With positions: row ids[i]·positions + i % positions (a per-(token, position) table).
 void EmbeddingBackward(const int32_t* ids, const float* dy, float* dtable, int64_t n,
-                       int64_t vocab, int64_t dim, Slice s, bool accumulate, int64_t positions) {
+                       int64_t vocab, int64_t dim, Slice s, bool accumulate) {
   const DF d;
   const auto [v0, v1] = slice_range(vocab, s);
   if (!accumulate && v1 > v0) std::memset(dtable + v0 * dim, 0, static_cast<size_t>((v1 - v0) * dim) * sizeof(float));
-  int64_t t = 0;
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t id = positions > 0 ? static_cast<int64_t>(ids[i]) * positions + t : ids[i];
-    if (positions > 0 && ++t == positions) t = 0;
+    const int64_t id = ids[i];
     if (id < v0 || id >= v1) continue;
     float* row = dtable + id * dim;
     const float* dyr = dy + i * dim;
@@ -153,8 +150,8 @@ void embedding_forward(const float* table, const int32_t* ids, float* y, int64_t
   HWY_DYNAMIC_DISPATCH(EmbeddingForward)(table, ids, y, n, vocab, d, addend, addend_rows, s);
 }
 void embedding_backward(const int32_t* ids, const float* dy, float* dtable, int64_t n,
-                        int64_t vocab, int64_t d, Slice s, bool accumulate, int64_t positions) {
-  HWY_DYNAMIC_DISPATCH(EmbeddingBackward)(ids, dy, dtable, n, vocab, d, s, accumulate, positions);
+                        int64_t vocab, int64_t d, Slice s, bool accumulate) {
+  HWY_DYNAMIC_DISPATCH(EmbeddingBackward)(ids, dy, dtable, n, vocab, d, s, accumulate);
 }
 void embedding_addend_backward(const int32_t* ids, const float* dy, float* dtable, float* daddend, int64_t n,
                                int64_t vocab, int64_t d, int64_t addend_rows, Slice s, bool accumulate_table,

@@ -17,10 +17,9 @@ void embedding_forward(const float* table, const int32_t* ids, float* y, int64_t
 // dtable[ids[i], :] += dy[i, :]; with accumulate = false dtable is zeroed first (rows of ids
 // that never occur end up 0). Slices split the vocabulary rows: each thread scans all ids in
 // order and adds only rows it owns, so results are the same whatever the thread count and no
-// two threads write the same row. With positions > 0 (a per-(token, position) table of
-// vocab = V·positions rows), dy row i adds into row ids[i]·positions + i % positions.
+// two threads write the same row.
 void embedding_backward(const int32_t* ids, const float* dy, float* dtable, int64_t n,
-                        int64_t vocab, int64_t d, Slice s = {}, bool accumulate = true, int64_t positions = 0);
+                        int64_t vocab, int64_t d, Slice s = {}, bool accumulate = true);
 
 // Both gradients of a lookup with an addend (embedding_forward's addend [addend_rows, d]) in
 // one pass over dy: the table's as embedding_backward, and daddend[a, :] (+)= Σ dy[i, :] over

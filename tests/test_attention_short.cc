@@ -391,7 +391,7 @@ TEST_CASE("attention forward sums heads of values wider than the query heads wit
 // bits of the same rows materialized, on the short path and outside it, summed heads or not,
 // on every target.
 TEST_CASE("attention values from a per-(token, position) table give the materialized rows' bits") {
-  test::for_each_simd_target([](const std::string&) {
+  test::for_each_simd_target([](const std::string& target) {
     Rng rng(17);
     const Case cases[] = {
         {4, 2, 10, 10, 16, 128, 0},  // neighbor-sum folded
@@ -440,6 +440,28 @@ TEST_CASE("attention values from a per-(token, position) table give the material
         REQUIRE(std::memcmp(dq0.data(), dq1.data(), dq0.size() * 4) == 0);
         REQUIRE(std::memcmp(dk0.data(), dk1.data(), dk0.size() * 4) == 0);
         REQUIRE(std::memcmp(dv0.data(), dv1.data(), dv0.size() * 4) == 0);
+        // The table's gradient straight from P and dy (the training graph's
+        // attention_values_backward): the rows' gradient dv0 scattered into the table, each row's
+        // contributions added in batch order from zero — the bits of the short path's rows, and
+        // within float rounding of the GEMM path's — whole, split over key positions, and added to.
+        std::vector<float> want(table.size(), 0.0f);
+        for (int64_t b = 0; b < c.b; ++b)
+          for (int64_t l = 0; l < tk; ++l)
+            for (int64_t e = 0; e < dv; ++e)
+              want[size_t((ids[size_t(b * tk + l)] * tk + l) * dv + e)] += dv0[size_t((b * tk + l) * dv + e)];
+        std::vector<float> whole(table.size(), 7.0f), split(table.size(), 7.0f), added(table);
+        attention_value_table_backward(p0.data(), x.dy.data(), whole.data(), mt, c.b, vocab, false, 0, tk);
+        attention_value_table_backward(p0.data(), x.dy.data(), split.data(), mt, c.b, vocab, false, 3, tk);
+        attention_value_table_backward(p0.data(), x.dy.data(), split.data(), mt, c.b, vocab, false, 0, 3);
+        attention_value_table_backward(p0.data(), x.dy.data(), added.data(), mt, c.b, vocab, true, 0, tk);
+        REQUIRE(std::memcmp(whole.data(), split.data(), whole.size() * 4) == 0);
+        const bool short_path = c.tk <= 16 && c.dvh <= 128 && lanes_of(target) >= 4;
+        if (short_path) REQUIRE(std::memcmp(whole.data(), want.data(), want.size() * 4) == 0);
+        for (size_t e = 0; e < want.size(); ++e) {
+          INFO("table gradient " << e);
+          REQUIRE(std::abs(whole[e] - want[e]) <= 1e-5f + 1e-5f * std::abs(want[e]));
+          REQUIRE(std::abs(added[e] - (table[e] + whole[e])) <= 1e-5f + 1e-5f * (std::abs(table[e]) + std::abs(whole[e])));
+        }
       }
   });
 }

@@ -186,7 +186,7 @@ TEST_CASE("attention values read from a per-(token, position) table: same loss a
       int indexed = 0, scatters = 0;
       for (const Node& node : m.graph->nodes()) {
         indexed += node.op == OpKind::kAttention && node.attrs.v_indexed;
-        scatters += node.op == OpKind::kEmbeddingBackward && node.attrs.positions == c.seq_len;
+        scatters += node.op == OpKind::kAttentionValuesBackward;
       }
       // Head-summed attentions whose values are a lookup: the first layer's (later layers read
       // the one before; a pre-norm layer a layer norm), with several heads (summed by
