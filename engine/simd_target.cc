@@ -3,7 +3,10 @@
 #include <cctype>
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <mutex>
+#include <string>
+#include <utility>
 
 #include "engine/error.h"
 #include "ops/gemm.h"
@@ -112,31 +115,32 @@ void force_bf16_kernel(const std::string& name) {
                 bf16_kernels_available() + ")");
 }
 
-void force_small_gemm_values(const std::string& name) {
+namespace {
+// A kernel choice by name (case-insensitive): one of `choices`, or empty / "best" for the
+// CPU's default (E::kCpuDefault); anything else is an Error naming `what` and the choices.
+template <class E>
+void force_named_choice(const std::string& name, const char* what,
+                        std::initializer_list<std::pair<const char*, E>> choices, void (*set)(E)) {
   const std::string wanted = upper(name);
-  if (wanted.empty() || wanted == "BEST") {
-    set_gemm_small_values(SmallGemmValues::kCpuDefault);
-  } else if (wanted == "SPLIT") {
-    set_gemm_small_values(SmallGemmValues::kSplit);
-  } else if (wanted == "BROADCAST") {
-    set_gemm_small_values(SmallGemmValues::kBroadcast);
-  } else {
-    throw Error("unknown way for the small products to get A's values '" + name +
-                "' (choices: split, broadcast, best)");
+  if (wanted.empty() || wanted == "BEST") return set(E::kCpuDefault);
+  std::string names;
+  for (const auto& [choice, value] : choices) {
+    if (wanted == upper(choice)) return set(value);
+    names += std::string(choice) + ", ";
   }
+  throw Error("unknown " + std::string(what) + " '" + name + "' (choices: " + names + "best)");
+}
+}  // namespace
+
+void force_small_gemm_values(const std::string& name) {
+  force_named_choice(name, "way for the small products to get A's values",
+                     {{"split", SmallGemmValues::kSplit}, {"broadcast", SmallGemmValues::kBroadcast}},
+                     set_gemm_small_values);
 }
 
 void force_avx512_width(const std::string& name) {
-  const std::string wanted = upper(name);
-  if (wanted.empty() || wanted == "BEST") {
-    set_gemm_avx512_width(Avx512Width::kCpuDefault);
-  } else if (wanted == "FULL") {
-    set_gemm_avx512_width(Avx512Width::kFull);
-  } else if (wanted == "HALVES") {
-    set_gemm_avx512_width(Avx512Width::kHalves);
-  } else {
-    throw Error("unknown width of the AVX-512 core '" + name + "' (choices: full, halves, best)");
-  }
+  force_named_choice(name, "width of the AVX-512 core", {{"full", Avx512Width::kFull}, {"halves", Avx512Width::kHalves}},
+                     set_gemm_avx512_width);
 }
 
 bool small_gemm_values_in_use() { return std::string(simd_target_name()).rfind("AVX3", 0) == 0; }

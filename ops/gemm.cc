@@ -461,34 +461,33 @@ int AmdFamily() {
 bool CpuDefaultSmallSplit() { return AmdFamily() >= 0x1A; }
 // Avx512Width::kCpuDefault: halves on AMD family 0x19 (Zen 3 has no AVX-512, Zen 4 splits it).
 bool CpuDefaultAvx512Halves() { return AmdFamily() == 0x19; }
-// Whether set_gemm_small_values ran (constant-initialized: a call from another static
-// initializer before this file's keeps its choice).
-bool g_small_values_set = false;
-[[maybe_unused]] const bool g_small_split_at_start =
-    g_small_values_set ? gemm_detail::small_split : (gemm_detail::small_split = CpuDefaultSmallSplit());
+// A yes/no choice of the kernels (a gemm_detail flag) with a CPU default, set before main
+// unless a setter ran first: `set` is constant-initialized, so a call from another static
+// initializer before this file's keeps its choice.
+struct CpuChoice {
+  bool& flag;
+  bool (*cpu_default)();
+  bool set = false;
+  bool init() { return set ? flag : (flag = cpu_default()); }
+  // value: E::kCpuDefault, `on` or the other choice.
+  template <class E>
+  void choose(E value, E on) {
+    set = true;
+    flag = value == E::kCpuDefault ? cpu_default() : value == on;
+  }
+};
+CpuChoice g_small_split{gemm_detail::small_split, CpuDefaultSmallSplit};
+CpuChoice g_avx512_halves{gemm_detail::avx512_halves, CpuDefaultAvx512Halves};
+[[maybe_unused]] const bool g_choices_at_start = g_small_split.init() | g_avx512_halves.init();
 }  // namespace
 
-void set_gemm_small_values(SmallGemmValues values) {
-  g_small_values_set = true;
-  gemm_detail::small_split =
-      values == SmallGemmValues::kCpuDefault ? CpuDefaultSmallSplit() : values == SmallGemmValues::kSplit;
-}
+void set_gemm_small_values(SmallGemmValues values) { g_small_split.choose(values, SmallGemmValues::kSplit); }
 SmallGemmValues gemm_small_values() {
   return gemm_detail::small_split ? SmallGemmValues::kSplit : SmallGemmValues::kBroadcast;
 }
 const char* gemm_small_values_name() { return gemm_detail::small_split ? "split" : "broadcast"; }
 
-namespace {
-bool g_avx512_width_set = false;  // (as g_small_values_set)
-[[maybe_unused]] const bool g_avx512_halves_at_start =
-    g_avx512_width_set ? gemm_detail::avx512_halves : (gemm_detail::avx512_halves = CpuDefaultAvx512Halves());
-}  // namespace
-
-void set_gemm_avx512_width(Avx512Width width) {
-  g_avx512_width_set = true;
-  gemm_detail::avx512_halves =
-      width == Avx512Width::kCpuDefault ? CpuDefaultAvx512Halves() : width == Avx512Width::kHalves;
-}
+void set_gemm_avx512_width(Avx512Width width) { g_avx512_halves.choose(width, Avx512Width::kHalves); }
 Avx512Width gemm_avx512_width() { return gemm_detail::avx512_halves ? Avx512Width::kHalves : Avx512Width::kFull; }
 const char* gemm_avx512_width_name() { return gemm_detail::avx512_halves ? "halves" : "full"; }
 GemmBackend gemm_backend() { return g_backend.load(); }

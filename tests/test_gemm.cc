@@ -724,6 +724,21 @@ TEST_CASE("small products and the dot path at ragged sizes match a double refere
   });
 }
 
+namespace {
+// Sets a kernel choice (set_gemm_small_values, set_gemm_avx512_width) for a scope and gives
+// back the one in use before (the environment variable's, say), however the scope ends.
+template <class E, E (*Get)(), void (*Set)(E)>
+struct ScopedChoice {
+  E was = Get();
+  explicit ScopedChoice(E value) { Set(value); }
+  ~ScopedChoice() { Set(was); }
+};
+using ScopedSmallValues =
+    ScopedChoice<attnkit::SmallGemmValues, attnkit::gemm_small_values, attnkit::set_gemm_small_values>;
+using ScopedAvx512Width =
+    ScopedChoice<attnkit::Avx512Width, attnkit::gemm_avx512_width, attnkit::set_gemm_avx512_width>;
+}  // namespace
+
 // The AVX-512 small products get A's values by broadcasts only, or half by broadcasts and half
 // by permutes out of a register (set_gemm_small_values / ATTNKIT_SMALL_GEMM, chosen per CPU
 // vendor): the same FMA chains, so the same bits, per call and batched, with bias, at every
@@ -735,11 +750,6 @@ TEST_CASE("the small products' two ways to get A's values give the same bits", "
   const std::vector<int64_t> ns = {5, 8, 10, 16, 17, 32};
   const std::vector<int64_t> ks = {1, 2, 8, 10, 15, 16, 17};
   const std::vector<std::pair<float, float>> scalars = {{1, 0}, {1, 1}, {-0.5f, 1.5f}, {2, 0}};
-  // Gives back the way in use before (ATTNKIT_SMALL_GEMM's, say), however the case ends.
-  struct Restore {
-    SmallGemmValues was = attnkit::gemm_small_values();
-    ~Restore() { attnkit::set_gemm_small_values(was); }
-  } restore;
   attnkit::test::for_each_simd_target([&](const std::string& target) {
     uint32_t seed = 12000;
     for (int ta = 0; ta < 2; ++ta)
@@ -756,7 +766,7 @@ TEST_CASE("the small products' two ways to get A's values give the same bits", "
             std::vector<float> got[2], with_bias[2], batched[2];
             int idx = 0;
             for (SmallGemmValues v : {SmallGemmValues::kSplit, SmallGemmValues::kBroadcast}) {
-              attnkit::set_gemm_small_values(v);
+              const ScopedSmallValues scoped(v);
               REQUIRE(std::string(attnkit::gemm_small_values_name()) == (idx == 0 ? "split" : "broadcast"));
               got[idx] = run_slices(p, 1);
               with_bias[idx] = run_bias_slices(p, bias.data(), 1);
@@ -769,7 +779,6 @@ TEST_CASE("the small products' two ways to get A's values give the same bits", "
               batched[idx] = c3;
               ++idx;
             }
-            attnkit::set_gemm_small_values(restore.was);
             check_against_reference(p, got[0]);
             check_against_reference(p, with_bias[0], bias.data());
             REQUIRE(bitwise_equal(got[0], got[1]));
@@ -810,13 +819,6 @@ void require_batch_matches_calls(bool trans_b, int64_t m, int64_t n, int64_t k, 
   REQUIRE(std::memcmp(batched.data(), single.data(), count * m * n * sizeof(float)) == 0);
 }
 
-// Sets the AVX-512 width choice (set_gemm_avx512_width) for a scope and gives back the one in
-// use before (ATTNKIT_AVX512_WIDTH's, say), however the scope ends.
-struct ScopedAvx512Width {
-  attnkit::Avx512Width was = attnkit::gemm_avx512_width();
-  explicit ScopedAvx512Width(attnkit::Avx512Width w) { attnkit::set_gemm_avx512_width(w); }
-  ~ScopedAvx512Width() { attnkit::set_gemm_avx512_width(was); }
-};
 }  // namespace
 
 // The AVX-512 width choice (set_gemm_avx512_width / ATTNKIT_AVX512_WIDTH, chosen per CPU): for
