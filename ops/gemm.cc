@@ -23,11 +23,6 @@ void GemmBlockTarget(const gemm_detail::GemmArgs& g, int64_t i0, int64_t i1, int
   GemmBlock(g, i0, i1, j0, j1);
 }
 
-// (Called by the AVX-512 target's GemmDirect on a core that splits 512-bit operations.)
-void GemmBlockNotSmallTarget(const gemm_detail::GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
-  GemmBlockNotSmall(g, i0, i1, j0, j1);
-}
-
 // One whole small product (sgemm_slice's per-call path): the small path's layers inlined into
 // one function, whose only calls are to the kernel.
 #if ATTNKIT_HAVE_SMALL_GEMM

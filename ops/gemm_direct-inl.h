@@ -18,14 +18,6 @@
 #include "ops/gemm_tile-inl.h"  // DF, VF, GemmArgs, tiles, ForEachRowTile
 #include "ops/ops_simd-inl.h"   // TransposeBlock8x8, WithCount
 
-// The AVX2 target's GemmBlockNotSmall (ops/gemm.cc), for the AVX-512 blocks that run better in
-// 256-bit tiles on a core that splits 512-bit operations (see GemmDirect).
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && (HWY_TARGETS & HWY_AVX2)
-namespace attnkit::N_AVX2 {
-void GemmBlockNotSmallTarget(const gemm_detail::GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1);
-}  // namespace attnkit::N_AVX2
-#endif
-
 HWY_BEFORE_NAMESPACE();
 namespace attnkit::HWY_NAMESPACE {
 
@@ -522,17 +514,6 @@ HWY_INLINE void DirectBlockAlpha(DF d, const GemmArgs& g, const float* b, int64_
 inline bool GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   const DF d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && (HWY_TARGETS & HWY_AVX2)
-  // Short k over more than one vector of columns (dx = dy·Wᵀ of a narrow layer) where 512-bit
-  // operations issue in halves (Zen 4): the AVX2 code's inlined 6 × 2 tiles of 256-bit vectors,
-  // epilogue included. Every AVX-512 tiling tried lost to them there (640 × 128 × 10 dx:
-  // the small path's 6 × 4 tiles 1.17× the time, the direct path's 12 × 2 1.09×). Each element
-  // is the same FMA chain over k either way: the same bits.
-  if (gemm_detail::avx512_halves && g.k <= 16 && j1 - j0 > lanes) {
-    N_AVX2::GemmBlockNotSmallTarget(g, i0, i1, j0, j1);
-    return true;
-  }
-#endif
   const float* b = g.b + j0;
   int64_t ldb = g.ldb;
   if (g.trans_b || (j1 < lanes && !kFastMaskedStore)) {
@@ -559,8 +540,10 @@ inline bool GemmDirect(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, in
   // through the direct tiles' tail).
   // The epilogue goes into the same stores (a ReLU's backward mask on dx = dy·Wᵀ of a narrow
   // layer: the separate pass over [640, 128] was 3% of neighbor-sum's step).
-  // (Not where 512-bit operations issue in halves with more than one vector: see above.)
-  if (g.k <= 256 && (g.k <= 16 || j1 - j0 <= lanes)) {
+  // Not where 512-bit operations issue in halves (Zen 4) with more than one vector of columns:
+  // there the direct path's 12 × 2-vector tiles were faster (640 × 128 × 10 dx: 0.93× the time).
+  const bool short_k = g.k <= 16 && !(gemm_detail::avx512_halves && j1 - j0 > lanes);
+  if (g.k <= 256 && (short_k || j1 - j0 <= lanes)) {
     GemmArgs gs = g;  // columns from j0 (C, bias, mask and addend)
     gs.trans_b = false;
     gs.b = b;
