@@ -791,15 +791,22 @@ HWY_NOINLINE void ValueTableRows(D d, const float* probs, const float* dy, float
   if (rows <= 0) return;
   const float* coef[kMaxRows];
   float* out[kMaxRows];
-  for (int64_t b = 0; b < batch; ++b)  // (b outer: the entry's dy rows stay in L1 for its positions)
-    for (int64_t h0 = 0; h0 < m.heads; h0 += group_heads) {
-      const float* yh = dy + b * m.tq * ldy + h0 * m.y_head();
-      for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {  // (more heads than one call's rows)
-        const int64_t n = std::min(kMaxRows, rows - r0);
+  int64_t pos[kMaxRows], coef_at[kMaxRows], col_at[kMaxRows];  // per row, the same for every entry
+  for (int64_t h0 = 0; h0 < m.heads; h0 += group_heads)
+    for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {  // (more heads than one call's rows)
+      // Rows write disjoint elements, so visiting them in chunks leaves each one's order (by b).
+      const int64_t n = std::min(kMaxRows, rows - r0);
+      for (int64_t r = 0; r < n; ++r) {  // (divisions once here, not per entry)
+        const int64_t h = h0 + (r0 + r) / positions, l = l0 + (r0 + r) % positions;
+        pos[r] = l, coef_at[r] = h * tt + l, col_at[r] = h * m.dvh;
+      }
+      for (int64_t b = 0; b < batch; ++b) {  // (b outer: the entry's dy rows stay in L1 for its positions)
+        const float* yh = dy + b * m.tq * ldy + h0 * m.y_head();
+        const float* pb = probs + b * m.heads * tt;
+        const int32_t* ib = m.v_ids + b * m.tk;
         for (int64_t r = 0; r < n; ++r) {
-          const int64_t h = h0 + (r0 + r) / positions, l = l0 + (r0 + r) % positions;
-          coef[r] = probs + (b * m.heads + h) * tt + l;  // P[b, h, i, l] at coef[r][i·tk]
-          out[r] = dtable + (static_cast<int64_t>(m.v_ids[b * m.tk + l]) * m.tk + l) * m.dv + h * m.dvh;
+          coef[r] = pb + coef_at[r];  // P[b, h, i, l] at coef[r][i·tk]
+          out[r] = dtable + (static_cast<int64_t>(ib[pos[r]]) * m.tk + pos[r]) * m.dv + col_at[r];
         }
         int64_t r = 0;
         if (vecs > 0) {
