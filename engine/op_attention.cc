@@ -53,9 +53,13 @@ void indexed_attention_build(Graph& g, Node& n) {
 }
 
 // Values from a table (attrs.v_indexed, training): in = {q, k, v table [V, T, Dv], mask, ids
-// [B, T]}; checked here, then the plain checks with the table's rows as the sequence's.
-void value_table_check(Graph& g, const Node& n) {
-  if (n.in.size() != 5) shape_error(g, "attention", "an attention with a value table needs q, k, v, mask and ids", {});
+// [B, T], optional start table [V, T, output width] (y's starting value: its rows of the
+// sequence's (token, position) pairs)}; checked here, then the plain checks with the table's
+// rows as the sequence's.
+void value_table_check(Graph& g, Node& n) {
+  if (n.in.size() == 5) n.in.push_back(kNoTensor);
+  if (n.in.size() != 6)
+    shape_error(g, "attention", "an attention with a value table needs q, k, v, mask, ids and a start table or none", {});
   const TensorDesc &q = g.tensor(n.in[0]), &v = g.tensor(n.in[2]), &ids = g.tensor(n.in[4]);
   if (ids.dtype != DType::kI32 || ids.shape.rank != 2 || ids.batched != q.batched || ids.shape[0] != q.shape[0])
     shape_error(g, "attention", "ids must be int32 [batch, T] like q's batch", {n.in[0], n.in[4]});
@@ -63,12 +67,23 @@ void value_table_check(Graph& g, const Node& n) {
     shape_error(g, "attention", "the value table must be float [vocab, T, dim]", {n.in[2], n.in[4]});
   if (g.tensor(n.in[1]).shape.rank != 3 || g.tensor(n.in[1]).shape[1] != ids.shape[1])
     shape_error(g, "attention", "k must have the value table's T tokens", {n.in[1], n.in[2]});
+  if (n.in[5] != kNoTensor) {
+    const TensorDesc& st = g.tensor(n.in[5]);
+    const int64_t h = n.attrs.heads;
+    if (!n.attrs.sum_heads || n.accumulate != 0 || q.shape.rank != 3 || q.shape[1] != ids.shape[1] || h < 1 ||
+        v.shape[2] % h != 0)
+      shape_error(g, "attention", "a start table needs a head-summed self-attention that does not accumulate",
+                  {n.in[0], n.in[5]});
+    if (st.dtype != DType::kF32 || st.batched || st.shape != Shape{v.shape[0], ids.shape[1], v.shape[2] / h})
+      shape_error(g, "attention", "the start table must be float [vocab, T, output width] like the value table",
+                  {n.in[2], n.in[5]});
+  }
 }
 
 void attention_build(Graph& g, Node& n) {
   if (n.attrs.indexed) return indexed_attention_build(g, n);
   if (n.attrs.v_indexed) value_table_check(g, n);
-  if (n.in.size() != (n.attrs.v_indexed ? 5u : 4u)) shape_error(g, "attention", "needs q, k, v and an optional mask", {});
+  if (n.in.size() != (n.attrs.v_indexed ? 6u : 4u)) shape_error(g, "attention", "needs q, k, v and an optional mask", {});
   const TensorDesc &q = g.tensor(n.in[0]), &k = g.tensor(n.in[1]), &v = g.tensor(n.in[2]);
   const int64_t h = n.attrs.heads;
   std::vector<TensorId> qkv = {n.in[0], n.in[1], n.in[2]};
@@ -123,7 +138,10 @@ AttentionDims forward_dims(const RunContext& c, const Dims& m, const Node& n) {
     d.score_table = n.in[6] != kNoTensor ? c.f32(n.in[6]) : nullptr;
     d.table_rows = c.shape(n.in[0])[0] * m.tq;
   }
-  if (n.attrs.v_indexed) d.v_ids = c.i32(n.in[4]);
+  if (n.attrs.v_indexed) {
+    d.v_ids = c.i32(n.in[4]);
+    d.start = n.in.size() > 5 && n.in[5] != kNoTensor ? c.f32(n.in[5]) : nullptr;
+  }
   return d;
 }
 AttentionMasking masking(const RunContext& c, const Node& n, TensorId mask_id) {
@@ -192,13 +210,17 @@ void attention_differentiate(Autodiff& ad, const Node& n) {
   b.out.assign(3, kNoTensor);
   set_out_accumulate(b, 0, ad.contribute(n.in[0]));
   set_out_accumulate(b, 1, ad.contribute(n.in[1]));
-  Node values;  // (v_indexed: the value table's gradient)
-  if (dy != kNoTensor && n.attrs.v_indexed && ad.needs_grad(n.in[2])) {
+  Node values;  // (v_indexed: the value table's gradient, and the start table's)
+  const TensorId start = n.attrs.v_indexed && n.in.size() > 5 ? n.in[5] : kNoTensor;
+  const bool start_grad = dy != kNoTensor && start != kNoTensor && ad.needs_grad(start);
+  if (dy != kNoTensor && n.attrs.v_indexed && (ad.needs_grad(n.in[2]) || start_grad)) {
     values.op = OpKind::kAttentionValuesBackward;
     values.in = {n.out[1], dy, n.in[4]};
     values.attrs = n.attrs;
     values.backward = true;
-    set_out_accumulate(values, 0, ad.contribute(n.in[2]));
+    values.out.assign(2, kNoTensor);
+    if (ad.needs_grad(n.in[2])) set_out_accumulate(values, 0, ad.contribute(n.in[2]));
+    if (start_grad) set_out_accumulate(values, 1, ad.contribute(start));
   } else if (dy != kNoTensor && !n.attrs.v_indexed) {
     set_out_accumulate(b, 2, ad.contribute(n.in[2]));
   }
@@ -244,16 +266,21 @@ void attention_backward_run(const RunContext& c, const Node& n, Slice s) {
   });
 }
 
-// in (probs [B, H, Tq, Tk], dy, ids [B, Tk]); out the value table's gradient [V, Tk, Dv].
+// in (probs [B, H, Tq, Tk], dy, ids [B, Tk]); out the value table's gradient [V, Tk, Dv] and
+// the start table's [V, Tk, output width], either absent.
 void attention_values_backward_run(const RunContext& c, const Node& n, Slice s) {
-  const Shape ps = c.shape(n.in[0]), ts = c.shape(n.out[0]);
-  const int64_t h = n.attrs.heads, tq = ps[2], tk = ps[3], dv = ts[2];
+  const Shape ps = c.shape(n.in[0]), ys = c.shape(n.in[1]);
+  const bool table = n.out[0] != kNoTensor, start = n.out.size() > 1 && n.out[1] != kNoTensor;
+  const Shape ts = c.shape(table ? n.out[0] : n.out[1]);
+  const int64_t h = n.attrs.heads, tq = ps[2], tk = ps[3];
+  const int64_t dv = n.attrs.sum_heads ? ys.last() * h : ys.last();  // (dy is [B, Tq, Dv / H] when summed)
   AttentionDims d{h, tq, tk, 0, dv, 0, dv / h};
   d.sum_heads = n.attrs.sum_heads;  // dy [B, Tq, Dv / H], every head's output gradient
   d.v_ids = c.i32(n.in[2]);
   const auto [l0, l1] = slice_range(tk, s);
-  attention_value_table_backward(c.f32(n.in[0]), c.f32(n.in[1]), c.f32(n.out[0]), d, ps[0], ts[0],
-                                 n.accumulates(0), l0, l1);
+  attention_value_table_backward(c.f32(n.in[0]), c.f32(n.in[1]), table ? c.f32(n.out[0]) : nullptr, d, ps[0],
+                                 ts[0], n.accumulates(0), l0, l1, start ? c.f32(n.out[1]) : nullptr,
+                                 n.accumulates(1));
 }
 
 void no_build(Graph&, Node&) {}

@@ -188,13 +188,45 @@ void Graph::index_attention_values(TensorId loss) {
     // A small table (neighbor-sum's: 10·10 rows of 256, 100 KB): not against the batch, so that
     // a graph's nodes, hence its bits, do not depend on the batch it was planned for.
     if (vocab * t * vd.shape[2] * 4 > kMaxTableBytes) continue;
+    // The output's starting value (the folded head's residual, neighbor-sum's h·W + b): a sum
+    // y + r whose r is a lookup of the same ids, [B, T, width] written and read again (and its
+    // gradient's rows scattered) each step, becomes a start table of the (token, position)
+    // pairs read in place by the kernel; attention_values_backward adds its gradient's rows.
+    int64_t sum = -1;
+    const TensorId y = att.out[0];
+    const TensorDesc& yd = tensor(y);
+    if (!yd.keep && !yd.requires_grad && !yd.retain_grad && uses(y, loss) == 1 && tensor(att.in[0]).shape[1] == t)
+      for (size_t j = i + 1; j < nodes_.size() && sum < 0; ++j) {
+        const Node& a = nodes_[j];
+        if (a.op != OpKind::kAdd || a.in.size() != 2 || (a.in[0] != y && a.in[1] != y) || a.in[0] == a.in[1]) continue;
+        const TensorId r = a.in[0] == y ? a.in[1] : a.in[0];
+        const int64_t q = producer(r);
+        if (q < 0) break;
+        const Node& e = nodes_[static_cast<size_t>(q)];
+        const TensorDesc &rd = tensor(r), &sd = tensor(a.out[0]);
+        if (e.op != OpKind::kEmbedding || e.in.size() != 3 || e.out[0] != r || e.in[1] != lookup.in[1]) break;
+        if (rd.keep || rd.requires_grad || rd.retain_grad || uses(r, loss) != 1) break;
+        if (rd.shape != yd.shape || rd.batched != yd.batched || sd.shape != yd.shape || sd.batched != yd.batched) break;
+        if (tensor(e.in[0]).batched || (e.in[2] != kNoTensor && tensor(e.in[2]).batched)) break;
+        if ((vocab * t * vd.shape[2] + vocab * t * yd.shape[2]) * 4 > kMaxTableBytes) break;
+        sum = static_cast<int64_t>(j);
+      }
     const size_t first_new = nodes_.size();
     const TensorId rows = pair_rows(vocab, t).id();
     const TensorId values = apply(OpKind::kEmbedding, {lookup.in[0], rows, lookup.in[2]})[0].id();  // [V, T, Dv]
+    TensorId start = kNoTensor;
+    if (sum >= 0) {
+      const Node& a = nodes_[static_cast<size_t>(sum)];
+      const Node e = nodes_[static_cast<size_t>(producer(a.in[0] == y ? a.in[1] : a.in[0]))];
+      start = apply(OpKind::kEmbedding, {e.in[0], rows, e.in[2]})[0].id();  // [V, T, width]
+    }
     Node ix = att;
-    ix.in = {att.in[0], att.in[1], values, att.in[3], lookup.in[1]};
+    ix.in = {att.in[0], att.in[1], values, att.in[3], lookup.in[1], start};
     ix.attrs.v_indexed = true;
-    i += move_new_nodes_before(first_new, i);
+    if (sum >= 0) ix.out[0] = nodes_[static_cast<size_t>(sum)].out[0];  // the sum's reader reads the attention's
+    const size_t added = move_new_nodes_before(first_new, i);
+    if (sum >= 0) nodes_.erase(nodes_.begin() + sum + static_cast<std::ptrdiff_t>(added));
+    i += added;
     nodes_[i] = std::move(ix);
     forward_nodes_ = nodes_.size();
   }
@@ -508,6 +540,15 @@ void Graph::fuse_elementwise(TensorId loss) {
       const int64_t p = live_producer(z);
       if (p < 0 || uses(z) != 1) continue;
       Node& lin = nodes_[static_cast<size_t>(p)];
+      if (lin.op == OpKind::kAttention && lin.attrs.v_indexed && lin.in.size() > 5 && lin.in[5] != kNoTensor &&
+          !lin.attrs.relu && lin.out[0] == z && loss != kNoTensor) {
+        // A training attention that starts from its start table (index_attention_values):
+        // the ReLU runs in its stores, as the fused residual's did (fuse_attention_addends).
+        lin.attrs.relu = true;
+        lin.out[0] = r.out[0];
+        dead[i] = true;
+        continue;
+      }
       if (lin.op != OpKind::kLinear || lin.attrs.relu) continue;
       // With a residual addend (fused by the kAdd case below) the ReLU comes after it
       // (linear_run's relu_last): training graphs; inference graphs take fuse_residual_relu.

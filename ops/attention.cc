@@ -24,6 +24,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "ops/softmax.h"
 
@@ -468,15 +470,21 @@ HWY_NOINLINE void SummedRows(D d, int64_t rows, int64_t vecs, const float* coef,
                              int64_t heads, const float* const* vrows, const float* const* srows, int64_t scol,
                              float* out, int64_t ldo, bool relu);
 
+// Whether ShortValues takes products [p0, p1) as whole head-summed entries (SummedRows).
+HWY_INLINE bool SummedValuesFit(const AttentionDims& m, int64_t p0, int64_t p1) {
+  return m.sum_heads && p0 % m.heads == 0 && p1 % m.heads == 0 && m.heads * m.tk <= kMaxSummedRows &&
+         m.tq <= kMaxQueries;
+}
+
 template <class DH>
 HWY_NOINLINE void ShortValues(DH dhd, const float* probs, const float* v, float* y, const AttentionDims& m,
                               int64_t p0, int64_t p1) {
   const int64_t N = LanesOf(dhd), ldy = m.y_row();
   const auto zero = hn::Zero(dhd);
-  if (m.sum_heads && p0 % m.heads == 0 && p1 % m.heads == 0 && m.heads * m.tk <= kMaxSummedRows &&
-      m.tq <= kMaxQueries) {
-    // Whole batch entries: Σ_h P_h·V_h (+ y's contents with accumulate) in one chain of FMAs
-    // per output vector (SummedRows), instead of each head adding its product to y.
+  if (SummedValuesFit(m, p0, p1)) {
+    // Whole batch entries: Σ_h P_h·V_h (+ y's contents with accumulate, or the start table's
+    // rows) in one chain of FMAs per output vector (SummedRows), instead of each head adding
+    // its product to y.
     const float* vrows[kMaxSummedRows];
     const float* yrows[kMaxQueries];
     const int64_t tt = m.tq * m.tk;
@@ -484,9 +492,13 @@ HWY_NOINLINE void ShortValues(DH dhd, const float* probs, const float* v, float*
       for (int64_t h = 0; h < m.heads; ++h)
         for (int64_t l = 0; l < m.tk; ++l) vrows[h * m.tk + l] = m.value_row(v, b, l) + h * m.dvh;
       float* yb = y + b * m.tq * ldy;
-      for (int64_t i = 0; i < m.tq; ++i) yrows[i] = yb + i * ldy;
+      if (m.start) {  // (v_ids: the start table's rows of the entry's (token, position) pairs)
+        for (int64_t i = 0; i < m.tq; ++i) yrows[i] = m.start + (static_cast<int64_t>(m.v_ids[b * m.tk + i]) * m.tk + i) * ldy;
+      } else {
+        for (int64_t i = 0; i < m.tq; ++i) yrows[i] = yb + i * ldy;
+      }
       SummedRows(dhd, m.tq, m.dvh / N, probs + b * m.heads * tt, tt, m.tk, m.heads, vrows,
-                 m.accumulate ? yrows : nullptr, 0, yb, ldy, m.relu);
+                 m.accumulate || m.start ? yrows : nullptr, 0, yb, ldy, m.relu);
     }
     return;
   }
@@ -779,6 +791,75 @@ HWY_NOINLINE void TableRowsVecs(D d, int64_t vecs, const float* const* coef, int
   }
 }
 
+// A start table's gradient (AttentionDims::start with v_ids): row v·tk + l of dstart is the sum
+// of dy[b, l] over the entries b (in order) whose token at position l is v, from zero or, with
+// accumulate, from the row's contents: the sums of a scatter-add of dy's rows, in its order.
+// Position-major, with each (token, position) row's sum in registers: a scatter over the whole
+// table per entry (read-modify-write of 51 KB of rows, on neighbor-sum) took 6.4 us of a step on Zen 4.
+// Columns [c, c + NV·N) of one (token, position) row o of StartTableRows: the rows x[e] of
+// its entries summed in registers (tail: the last vector's lanes, or N).
+template <int NV, class D>
+HWY_INLINE void StartRowColumns(D d, const float* const* HWY_RESTRICT x, int64_t count, float* HWY_RESTRICT o,
+                                int64_t c, bool accumulate, size_t tail) {
+  const int64_t N = LanesOf(d);
+  hn::Vec<D> acc[NV];
+  if (tail == static_cast<size_t>(N)) {
+    for (int k = 0; k < NV; ++k) acc[k] = accumulate ? hn::LoadU(d, o + c + k * N) : hn::Zero(d);
+    for (int64_t e = 0; e < count; ++e)
+      for (int k = 0; k < NV; ++k) acc[k] = hn::Add(acc[k], hn::LoadU(d, x[e] + c + k * N));
+    for (int k = 0; k < NV; ++k) hn::StoreU(acc[k], d, o + c + k * N);
+    return;
+  }
+  static_assert(NV >= 1, "");
+  for (int k = 0; k < NV; ++k) {
+    const size_t n = k == NV - 1 ? tail : static_cast<size_t>(N);
+    acc[k] = accumulate ? LoadUpTo(d, o + c + k * N, n) : hn::Zero(d);
+    for (int64_t e = 0; e < count; ++e) acc[k] = hn::Add(acc[k], LoadUpTo(d, x[e] + c + k * N, n));
+    if (n == static_cast<size_t>(N)) {
+      hn::StoreU(acc[k], d, o + c + k * N);
+    } else {
+      StoreTail(d, acc[k], o + c + k * N, n);
+    }
+  }
+}
+
+// A start table's gradient (AttentionDims::start with v_ids): row v·tk + l of dstart is the sum
+// of dy[b, l] over the entries b (in order) whose token at position l is v, from zero or, with
+// accumulate, from the row's contents: the sums of a scatter-add of dy's rows, in its order.
+// Position-major, with each (token, position) row's sum in registers.
+template <class D>
+HWY_NOINLINE void StartTableRows(D d, const float* dy, float* dstart, const AttentionDims& m, int64_t batch,
+                                 int64_t vocab, int64_t l0, int64_t l1, bool accumulate) {
+  const int64_t N = LanesOf(d), ldy = m.y_row();
+  thread_local std::vector<const float*> rows;  // grow once: no allocation per step after the first
+  thread_local std::vector<int32_t> ends;
+  if (rows.size() < static_cast<size_t>(batch)) rows.resize(static_cast<size_t>(batch));
+  if (ends.size() < static_cast<size_t>(vocab)) ends.resize(static_cast<size_t>(vocab));
+  for (int64_t l = l0; l < l1; ++l) {
+    // The entries' rows by their token at l, each token's in order (a counting sort).
+    std::fill_n(ends.begin(), vocab, 0);
+    for (int64_t b = 0; b < batch; ++b) ++ends[static_cast<size_t>(m.v_ids[b * m.tk + l])];
+    int32_t at = 0;
+    for (int64_t v = 0; v < vocab; ++v) at += std::exchange(ends[static_cast<size_t>(v)], at);
+    for (int64_t b = 0; b < batch; ++b)
+      rows[static_cast<size_t>(ends[static_cast<size_t>(m.v_ids[b * m.tk + l])]++)] = dy + (b * m.tq + l) * ldy;
+    int32_t begin = 0;
+    for (int64_t v = 0; v < vocab; ++v) {
+      const int32_t end = ends[static_cast<size_t>(v)];
+      float* o = dstart + (v * m.tk + l) * ldy;
+      const float* const* x = rows.data() + begin;
+      for (int64_t c = 0; c < ldy; c += 8 * N) {
+        const int64_t vecs = std::min<int64_t>(8, (ldy - c + N - 1) / N);
+        const size_t tail = static_cast<size_t>(std::min(N, ldy - c - (vecs - 1) * N));
+        WithCount<8>(vecs, [&](auto nv) {
+          StartRowColumns<decltype(nv)::value>(d, x, end - begin, o, c, accumulate, tail);
+        });
+      }
+      begin = end;
+    }
+  }
+}
+
 template <class D>
 HWY_NOINLINE void ValueTableRows(D d, const float* probs, const float* dy, float* dtable, const AttentionDims& m,
                                  int64_t batch, int64_t l0, int64_t l1) {
@@ -826,16 +907,21 @@ HWY_NOINLINE void ValueTableRows(D d, const float* probs, const float* dy, float
 }
 
 void AttentionValueTableBackward(const float* probs, const float* dy, float* dtable, const AttentionDims& m,
-                                 int64_t batch, int64_t vocab, bool accumulate, int64_t l0, int64_t l1) {
-  if (!accumulate)
-    for (int64_t t = 0; t < vocab; ++t)
-      for (int64_t l = l0; l < l1; ++l)
-        std::memset(dtable + (t * m.tk + l) * m.dv, 0, static_cast<size_t>(m.dv) * sizeof(float));
-  if (!UseFull(m.dvh, true) && m.dvh % LanesOf(D8()) == 0) {  // (head sizes 8, 24, 40 on 16 lanes)
-    ValueTableRows(D8(), probs, dy, dtable, m, batch, l0, l1);
-  } else {
-    ValueTableRows(DF(), probs, dy, dtable, m, batch, l0, l1);
+                                 int64_t batch, int64_t vocab, bool accumulate, int64_t l0, int64_t l1,
+                                 float* dstart, bool accumulate_start) {
+  if (dtable) {
+    if (!accumulate)
+      for (int64_t t = 0; t < vocab; ++t)
+        for (int64_t l = l0; l < l1; ++l)
+          std::memset(dtable + (t * m.tk + l) * m.dv, 0, static_cast<size_t>(m.dv) * sizeof(float));
+    if (!UseFull(m.dvh, true) && m.dvh % LanesOf(D8()) == 0) {  // (head sizes 8, 24, 40 on 16 lanes)
+      ValueTableRows(D8(), probs, dy, dtable, m, batch, l0, l1);
+    } else {
+      ValueTableRows(DF(), probs, dy, dtable, m, batch, l0, l1);
+    }
   }
+  // (After the value table's pass, which has just read dy.)
+  if (dstart) StartTableRows(DF(), dy, dstart, m, batch, vocab, l0, l1, accumulate_start);
 }
 
 bool AttentionShortBackward(const float* q, const float* k, const float* v, const float* probs,
@@ -854,6 +940,9 @@ bool AttentionShortScores(const float* q, const float* k, float* scores, const A
 
 bool AttentionShortValues(const float* probs, const float* v, float* y, const AttentionDims& m,
                           int64_t p0, int64_t p1) {
+  // A start table (with v_ids) is read in place by SummedRows only; the caller copies its rows
+  // into y for any other path (see attention_products.cc).
+  if (m.start && !SummedValuesFit(m, p0, p1)) return false;
   return WithTags(m.tq, m, [&](auto, auto dhd) { ShortValues(dhd, probs, v, y, m, p0, p1); });
 }
 
@@ -896,8 +985,10 @@ HWY_EXPORT(AttentionIndexedTableProbs);
 HWY_EXPORT(AttentionValueTableBackward);
 
 void attention_value_table_backward(const float* probs, const float* dy, float* dtable, const AttentionDims& m,
-                                    int64_t batch, int64_t vocab, bool accumulate, int64_t l0, int64_t l1) {
-  HWY_DYNAMIC_DISPATCH(AttentionValueTableBackward)(probs, dy, dtable, m, batch, vocab, accumulate, l0, l1);
+                                    int64_t batch, int64_t vocab, bool accumulate, int64_t l0, int64_t l1,
+                                    float* dstart, bool accumulate_start) {
+  HWY_DYNAMIC_DISPATCH(AttentionValueTableBackward)(probs, dy, dtable, m, batch, vocab, accumulate, l0, l1, dstart,
+                                                    accumulate_start);
 }
 
 void attention_indexed_table_probs(const float* q, const float* k, float* probs, const AttentionDims& m,

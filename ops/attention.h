@@ -38,6 +38,9 @@ struct AttentionDims {
   // per-(token, position) table [V, tk, dv] and row l of batch entry b's values is its row
   // v_ids[b·tk + l]·tk + l. q, k, y and every gradient keep their [B, T, ·] layout (dv too:
   // its rows are those of the entries, summed into the table by the graph's next node).
+  // With v_ids, start (optional; head-summed, tq = tk, accumulate off) is a table
+  // [V, tk, y_row()] too: y's starting value for query row i of entry b is its row
+  // v_ids[b·tk + i]·tk + i (the folded head's residual h·W + b).
   const int32_t* v_ids = nullptr;
   int64_t table_row(int64_t b, int64_t t) const { return static_cast<int64_t>(ids[b * tq + t]) * tq + t; }
   // Row l (all heads) of batch entry b's values in v.
@@ -98,8 +101,13 @@ void attention_indexed_values(const float* probs, const float* v, float* y, cons
 // [vocab, tk, dv] get Σ_i P[b, h, i, l]·dy[b, i] (head h's columns; sum_heads: every head reads
 // the one dy) for batch entries b < batch, in order, after zeroing those positions' rows
 // unless `accumulate`. Position ranges own disjoint rows: they may run on different threads.
+// dtable may be nullptr (no values' gradient wanted). dstart (or nullptr), the gradient of a
+// start table [vocab, tk, y_row()] (AttentionDims::start with v_ids): rows v_ids[b·tk + l]·tk + l
+// of positions [l0, l1) get dy[b, l] added for every b in order, after zeroing unless
+// accumulate_start.
 void attention_value_table_backward(const float* probs, const float* dy, float* dtable, const AttentionDims& m,
-                                    int64_t batch, int64_t vocab, bool accumulate, int64_t l0, int64_t l1);
+                                    int64_t batch, int64_t vocab, bool accumulate, int64_t l0, int64_t l1,
+                                    float* dstart = nullptr, bool accumulate_start = false);
 
 // Any dims (ops/attention_products.cc): products [p0, p1) of the forward — probs =
 // softmax(scale·Q·Kᵀ, masked), y = probs·V (both overwritten) — through the short path when

@@ -66,6 +66,22 @@ void values_gemm(const float* probs, const float* v, float* y, const AttentionDi
     for (int64_t i = 0; i < m.tq; ++i) relu_forward(yp + i * ldy, yp + i * ldy, m.dvh);
 }
 
+// A training attention's start table (m.start with m.v_ids, head-summed: products cover whole
+// entries): the short path's SummedRows reads its rows in place; every other path gets the
+// rows of entries [p0 / heads, p1 / heads) copied into y here and adds to them (the dims returned).
+AttentionDims start_copied(const AttentionDims& m, float* y, int64_t p0, int64_t p1) {
+  if (!m.start || !m.v_ids) return m;
+  const int64_t ldy = m.y_row();
+  for (int64_t b = p0 / m.heads; b < (p1 + m.heads - 1) / m.heads; ++b)
+    for (int64_t t = 0; t < m.tq; ++t)
+      std::copy_n(m.start + (static_cast<int64_t>(m.v_ids[b * m.tk + t]) * m.tk + t) * ldy, ldy,
+                  y + (b * m.tq + t) * ldy);
+  AttentionDims plain = m;
+  plain.start = nullptr;
+  plain.accumulate = true;
+  return plain;
+}
+
 // The indexed forward for batch entries [b0, b1) outside the short path: each entry's rows
 // are copied out of the tables into contiguous tiles and the plain forward runs on them.
 void indexed_forward_tiles(const float* q, const float* k, const float* v, float* probs, float* y,
@@ -119,9 +135,11 @@ void attention_forward(const float* q, const float* k, const float* v, float* pr
     // Short rows: the softmax of all the range's rows at once (vectorized across rows).
     softmax_rows(p0, p1);
     if (attention_short_values(probs, v, y, m, p0, p1)) return;
-    for (int64_t p = p0; p < p1; ++p) values_gemm(probs, v, y, m, p);
+    const AttentionDims mv = start_copied(m, y, p0, p1);
+    for (int64_t p = p0; p < p1; ++p) values_gemm(probs, v, y, mv, p);
     return;
   }
+  const AttentionDims mv = start_copied(m, y, p0, p1);
   // Long rows: one product at a time, so its scores are softmaxed and multiplied by V while
   // they are still in cache (all products' scores first went out to memory and back twice:
   // ~10% of the node at T = 128).
@@ -130,7 +148,7 @@ void attention_forward(const float* q, const float* k, const float* v, float* pr
     sgemm_slice(false, true, m.tq, m.tk, m.dh, 1.0f, q + b * m.tq * m.d + h * m.dh, m.d,
                 k + b * m.tk * m.d + h * m.dh, m.d, 0.0f, probs + p * tt, m.tk, bf16_slice(m));
     softmax_rows(p, p + 1);
-    values_gemm(probs, v, y, m, p);
+    values_gemm(probs, v, y, mv, p);
   }
 }
 
@@ -190,8 +208,10 @@ void attention_forward_units(const float* q, const float* k, const float* v, flo
   if (u0 < w.groups) {  // whole groups: probabilities with entries as lanes, then P·V as the short path
     const int64_t g1 = std::min(u1, w.groups), p0 = w.product(u0), p1 = w.product(g1);
     attention_lanes_probs(q, k, probs, m, mk, u0, g1);
-    if (!attention_short_values(probs, v, y, m, p0, p1))
-      for (int64_t p = p0; p < p1; ++p) values_gemm(probs, v, y, m, p);
+    if (!attention_short_values(probs, v, y, m, p0, p1)) {
+      const AttentionDims mv = start_copied(m, y, p0, p1);
+      for (int64_t p = p0; p < p1; ++p) values_gemm(probs, v, y, mv, p);
+    }
   }
   if (u1 > w.groups) attention_forward(q, k, v, probs, y, m, mk, w.product(std::max(u0, w.groups)), w.product(u1));
 }

@@ -462,6 +462,62 @@ TEST_CASE("attention values from a per-(token, position) table give the material
           REQUIRE(std::abs(whole[e] - want[e]) <= 1e-5f + 1e-5f * std::abs(want[e]));
           REQUIRE(std::abs(added[e] - (table[e] + whole[e])) <= 1e-5f + 1e-5f * (std::abs(table[e]) + std::abs(whole[e])));
         }
+        if (!summed) continue;
+        // A start table [vocab, tk, width] (AttentionDims::start with v_ids: the training graph's
+        // folded residual): y starts from its rows of each entry's (token, position) pairs — the
+        // bits of those rows copied into y and added to, ReLU'd or not, through the per-product
+        // ranges and the batch-lanes units (several splits), short path or not.
+        std::vector<float> start(static_cast<size_t>(vocab * tk * width));
+        for (auto& e : start) e = static_cast<float>(rng.normal());
+        for (bool relu : {false, true}) {
+          INFO("start table" << (relu ? ", relu" : ""));
+          AttentionDims ms = mt, ma = mt;
+          ms.start = start.data();
+          ma.accumulate = true;
+          ms.relu = ma.relu = relu;
+          std::vector<float> want_y(y0.size()), got(y0.size(), 5.0f), units(y0.size(), 5.0f);
+          for (int64_t b = 0; b < c.b; ++b)
+            for (int64_t t = 0; t < c.tq; ++t)
+              std::copy_n(start.data() + (ids[size_t(b * tk + t)] * tk + t) * width, width,
+                          want_y.data() + (b * c.tq + t) * width);
+          attention_forward(x.q.data(), x.k.data(), table.data(), p1.data(), want_y.data(), ma, mk, 0, products);
+          attention_forward(x.q.data(), x.k.data(), table.data(), p1.data(), got.data(), ms, mk, 0, c.h);
+          attention_forward(x.q.data(), x.k.data(), table.data(), p1.data(), got.data(), ms, mk, c.h, products);
+          REQUIRE(std::memcmp(want_y.data(), got.data(), got.size() * 4) == 0);
+          const AttentionWork w = attention_work(ms, mk, c.b);
+          for (int64_t split : {int64_t{0}, w.units / 2, w.units}) {
+            std::fill(units.begin(), units.end(), 5.0f);
+            attention_forward_units(x.q.data(), x.k.data(), table.data(), p1.data(), units.data(), ms, mk, w, 0, split);
+            attention_forward_units(x.q.data(), x.k.data(), table.data(), p1.data(), units.data(), ms, mk, w, split,
+                                    w.units);
+            REQUIRE(std::memcmp(want_y.data(), units.data(), units.size() * 4) == 0);
+          }
+        }
+        // Its gradient (attention_values_backward's second output): dy's rows scattered into the
+        // start table's rows, each row's added in batch order from zero (or from its contents) —
+        // with and without the value table's, whole and split over key positions.
+        std::vector<float> want_start(start.size(), 0.0f), want_added(start);
+        for (int64_t b = 0; b < c.b; ++b)
+          for (int64_t l = 0; l < tk; ++l)
+            for (int64_t e = 0; e < width; ++e) {
+              const size_t to = size_t((ids[size_t(b * tk + l)] * tk + l) * width + e);
+              want_start[to] += x.dy[size_t((b * c.tq + l) * width + e)];
+              want_added[to] += x.dy[size_t((b * c.tq + l) * width + e)];
+            }
+        std::vector<float> ds_whole(start.size(), 7.0f), ds_split(start.size(), 7.0f), ds_added(start);
+        std::vector<float> with_table(table.size(), 7.0f);
+        attention_value_table_backward(p0.data(), x.dy.data(), nullptr, mt, c.b, vocab, false, 0, tk, ds_whole.data(),
+                                       false);
+        attention_value_table_backward(p0.data(), x.dy.data(), with_table.data(), mt, c.b, vocab, false, 0, 3,
+                                       ds_split.data(), false);
+        attention_value_table_backward(p0.data(), x.dy.data(), with_table.data(), mt, c.b, vocab, false, 3, tk,
+                                       ds_split.data(), false);
+        attention_value_table_backward(p0.data(), x.dy.data(), nullptr, mt, c.b, vocab, false, 0, tk, ds_added.data(),
+                                       true);
+        REQUIRE(std::memcmp(ds_whole.data(), want_start.data(), want_start.size() * 4) == 0);
+        REQUIRE(std::memcmp(ds_split.data(), want_start.data(), want_start.size() * 4) == 0);
+        REQUIRE(std::memcmp(ds_added.data(), want_added.data(), want_added.size() * 4) == 0);
+        REQUIRE(std::memcmp(with_table.data(), whole.data(), whole.size() * 4) == 0);  // (unchanged by the start's)
       }
   });
 }

@@ -183,11 +183,17 @@ TEST_CASE("attention values read from a per-(token, position) table: same loss a
     for (int run = 0; run < 3; ++run) {  // 0: rows materialized; 1, 2: the table, on 1 and 2 threads
       c.index_attention_values = run > 0;
       Model m = build_model(c, batch);
-      int indexed = 0, scatters = 0;
+      int indexed = 0, scatters = 0, starts = 0, start_grads = 0;
       for (const Node& node : m.graph->nodes()) {
         indexed += node.op == OpKind::kAttention && node.attrs.v_indexed;
         scatters += node.op == OpKind::kAttentionValuesBackward;
+        starts += node.op == OpKind::kAttention && node.attrs.v_indexed && node.in.size() > 5 && node.in[5] != kNoTensor;
+        start_grads += node.op == OpKind::kAttentionValuesBackward && node.out.size() > 1 && node.out[1] != kNoTensor;
       }
+      // The folded head's residual sum h·W + b + attention (neighbor-sum's head(h + attn(h))):
+      // a start table the attention reads, its gradient from the same backward node.
+      CHECK(starts == (c.task == "neighbor-sum" && run > 0 ? 1 : std::min(starts, indexed)));
+      CHECK(start_grads == starts);
       // Head-summed attentions whose values are a lookup: the first layer's (later layers read
       // the one before; a pre-norm layer a layer norm), with several heads (summed by
       // fold_attention_values).
