@@ -170,6 +170,79 @@ HWY_NOINLINE void RowsTimesMatrix(D d, int64_t rows, int64_t vecs, const float* 
   }
 }
 
+// dQ = dS·K and dK = dSᵀ·Q of one product together, column vector by column vector: both read
+// coefficient dS[i, j] (st[j·ts + i]), so one pass over (i, j) feeds each from the one scalar,
+// an embedded broadcast per FMA, with the TQ + TK accumulators in registers (two RowsBlocks
+// of 10 rows × 1 vector took ~1.5 cycles an FMA on Zen 4: their setup and stores around
+// 10-step chains). Each element's chain is RowsBlock's: its first term a multiply, the rest FMAs
+// in order (dQ over j, dK over i), then added to the output with add_q / add_k: the same bits.
+template <int TQ, int TK, class D>
+HWY_INLINE void ScoresGradBlocks(D d, const float* HWY_RESTRICT st, int64_t ts, const float* HWY_RESTRICT qp,
+                                 const float* HWY_RESTRICT kp, int64_t ld, int64_t vecs, float* HWY_RESTRICT dq,
+                                 float* HWY_RESTRICT dk, bool add_q, bool add_k) {
+  const int64_t N = LanesOf(d);
+  for (int64_t v = 0; v < vecs; ++v) {
+    const int64_t col = v * N;
+    // Key j outer: query i's row of Q stays in a register for every j, key j's row of K for
+    // its pass, and the coefficients of one key are one row of st (a pointer and constant
+    // offsets; per-(i, j) addresses of st and K took more registers than there are).
+    hn::Vec<D> aq[TQ], ak[TK], qr[TQ];
+    for (int i = 0; i < TQ; ++i) qr[i] = hn::LoadU(d, qp + i * ld + col);
+    {
+      const auto kr = hn::LoadU(d, kp + col);
+      const auto c0 = hn::Set(d, st[0]);
+      aq[0] = hn::Mul(c0, kr);
+      auto a = hn::Mul(c0, qr[0]);
+      for (int i = 1; i < TQ; ++i) {
+        const auto c = hn::Set(d, st[i]);
+        aq[i] = hn::Mul(c, kr);
+        a = hn::MulAdd(c, qr[i], a);
+      }
+      ak[0] = a;
+    }
+    for (int j = 1; j < TK; ++j) {
+      const float* sj = st + j * ts;
+      const auto kr = hn::LoadU(d, kp + j * ld + col);
+      const auto c0 = hn::Set(d, sj[0]);
+      aq[0] = hn::MulAdd(c0, kr, aq[0]);
+      auto a = hn::Mul(c0, qr[0]);
+      for (int i = 1; i < TQ; ++i) {
+        const auto c = hn::Set(d, sj[i]);
+        aq[i] = hn::MulAdd(c, kr, aq[i]);
+        a = hn::MulAdd(c, qr[i], a);
+      }
+      ak[j] = a;
+    }
+    for (int i = 0; i < TQ; ++i) {
+      float* o = dq + i * ld + col;
+      hn::StoreU(add_q ? hn::Add(hn::LoadU(d, o), aq[i]) : aq[i], d, o);
+    }
+    for (int j = 0; j < TK; ++j) {
+      float* o = dk + j * ld + col;
+      hn::StoreU(add_k ? hn::Add(hn::LoadU(d, o), ak[j]) : ak[j], d, o);
+    }
+  }
+}
+
+// Whether ScoresGrad takes these dims: both counts up to 12 (24 accumulators of AVX-512's 32
+// registers; AVX2's 16 hold too few).
+constexpr int64_t kScoresGradMax = kMaxLanes >= 16 ? 12 : 0;
+
+template <class D>
+HWY_NOINLINE void ScoresGrad(D d, int64_t tq, int64_t tk, const float* st, int64_t ts, const float* qp,
+                             const float* kp, int64_t ld, int64_t vecs, float* dq, float* dk, bool add_q, bool add_k) {
+  if constexpr (kScoresGradMax > 0) {
+    WithCount<kScoresGradMax>(tq, [&](auto q) {
+      WithCount<kScoresGradMax>(tk, [&](auto k) {
+        ScoresGradBlocks<decltype(q)::value, decltype(k)::value>(d, st, ts, qp, kp, ld, vecs, dq, dk, add_q, add_k);
+      });
+    });
+  } else {
+    (void)d, (void)tq, (void)tk, (void)st, (void)ts, (void)qp, (void)kp, (void)ld, (void)vecs, (void)dq, (void)dk;
+    (void)add_q, (void)add_k;
+  }
+}
+
 // The short path's limits for sequence lanes of Lanes(dt) (keys of the scores, queries of
 // the backward) and head-dim lanes of Lanes(dh).
 template <class DT, class DH>
@@ -435,12 +508,17 @@ HWY_NOINLINE void ShortBackward(DT dt, DH dhd, const float* q, const float* k, c
       }
     }
     // dQ = dS·K (coefficient (i, j) = st[j·tqp + i]), dK = dSᵀ·Q, dV = Pᵀ·dy.
-    if (dq)
-      RowsTimesMatrix(dhd, m.tq, m.dh / NH, st, 1, tqp, m.tk, kp, m.d, dq + b * m.tq * m.d + h * m.dh,
-                      m.d, accumulate_q);
-    if (dk)
-      RowsTimesMatrix(dhd, m.tk, m.dh / NH, st, tqp, 1, m.tq, qp, m.d, dk + b * m.tk * m.d + h * m.dh,
-                      m.d, accumulate_k);
+    if (dq && dk && m.tq <= kScoresGradMax && m.tk <= kScoresGradMax) {
+      ScoresGrad(dhd, m.tq, m.tk, st, tqp, qp, kp, m.d, m.dh / NH, dq + b * m.tq * m.d + h * m.dh,
+                 dk + b * m.tk * m.d + h * m.dh, accumulate_q, accumulate_k);
+    } else {
+      if (dq)
+        RowsTimesMatrix(dhd, m.tq, m.dh / NH, st, 1, tqp, m.tk, kp, m.d, dq + b * m.tq * m.d + h * m.dh,
+                        m.d, accumulate_q);
+      if (dk)
+        RowsTimesMatrix(dhd, m.tk, m.dh / NH, st, tqp, 1, m.tq, qp, m.d, dk + b * m.tk * m.d + h * m.dh,
+                        m.d, accumulate_k);
+    }
     if (dv)
       RowsTimesMatrix(dhd, m.tk, m.dvh / NH, x.pt, tqp, 1, m.tq, dyp, ldy,
                       dv + b * m.tk * m.dv + h * m.dvh, m.dv, accumulate_v);

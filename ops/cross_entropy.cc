@@ -72,16 +72,27 @@ class ShortRows {
     const DI di;
     rb_ = rb;
     count_ = count;
-    for (int64_t l = 0; l < N_; ++l) {
-      const int64_t r = rb + std::min(l, count - 1);
-      const int32_t t = targets_[r];
-      row_offset_[l] = static_cast<int32_t>((r - rb) * classes_);
-      target_[l] = t < 0 ? 0 : t;
-      ignored_[l] = t < 0 ? -1 : 0;
+    if (count == N_) {
+      // A whole block: its targets are one vector (scalar stores read back as vectors stalled
+      // store forwarding three times a block).
+      const auto t = hn::LoadU(di, targets_ + rb);
+      const auto ignored = hn::Lt(t, hn::Zero(di));
+      row_offsets_ = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(classes_)));
+      target_offsets_ = hn::Add(row_offsets_, hn::IfThenZeroElse(ignored, t));
+      counted_ = hn::RebindMask(d, hn::Not(ignored));
+    } else {
+      for (int64_t l = 0; l < N_; ++l) {
+        const int64_t r = rb + std::min(l, count - 1);
+        const int32_t t = targets_[r];
+        row_offset_[l] = static_cast<int32_t>((r - rb) * classes_);
+        target_[l] = t < 0 ? 0 : t;
+        ignored_[l] = t < 0 ? -1 : 0;
+      }
+      row_offsets_ = hn::Load(di, row_offset_);
+      target_offsets_ = hn::Add(row_offsets_, hn::Load(di, target_));
+      counted_ = hn::RebindMask(d, hn::Eq(hn::Load(di, ignored_), hn::Zero(di)));
     }
-    const auto offsets = hn::Load(di, row_offset_);
-    target_offsets_ = hn::Add(offsets, hn::Load(di, target_));
-    counted_ = hn::RebindMask(d, hn::Eq(hn::Load(di, ignored_), hn::Zero(di)));
+    const auto offsets = row_offsets_;
     const float* base = logits_ + rb * classes_;
     auto vmax = hn::Set(d, -HUGE_VALF);
 #if ATTNKIT_HAVE_TRANSPOSE8
@@ -104,7 +115,7 @@ class ShortRows {
   }
   // Per lane: the row's target as a float (0 for ignored rows).
   hn::Vec<D> target_class() const {
-    return hn::ConvertTo(D(), hn::Sub(target_offsets_, hn::Load(DI(), row_offset_)));
+    return hn::ConvertTo(D(), hn::Sub(target_offsets_, row_offsets_));
   }
   // out[rb + l] = v[l] for the rows of the block.
   void store_per_row(hn::Vec<D> v, float* out) const {
@@ -166,7 +177,7 @@ class ShortRows {
   const float* logits_;
   const int32_t* targets_;
   int64_t rb_ = 0, count_ = 0;
-  hn::Vec<DI> target_offsets_ = hn::Zero(DI());
+  hn::Vec<DI> target_offsets_ = hn::Zero(DI()), row_offsets_ = hn::Zero(DI());
   hn::Mask<D> counted_ = hn::FirstN(D(), 0);
 };
 
