@@ -208,6 +208,10 @@ void Graph::index_attention_values(TensorId loss) {
         if (rd.keep || rd.requires_grad || rd.retain_grad || uses(r, loss) != 1) break;
         if (rd.shape != yd.shape || rd.batched != yd.batched || sd.shape != yd.shape || sd.batched != yd.batched) break;
         if (tensor(e.in[0]).batched || (e.in[2] != kNoTensor && tensor(e.in[2]).batched)) break;
+        // (The start table is built before the attention: its table and addend must be there.)
+        if (producer(e.in[0]) >= static_cast<int64_t>(i) ||
+            (e.in[2] != kNoTensor && producer(e.in[2]) >= static_cast<int64_t>(i)))
+          break;
         if ((vocab * t * vd.shape[2] + vocab * t * yd.shape[2]) * 4 > kMaxTableBytes) break;
         sum = static_cast<int64_t>(j);
       }

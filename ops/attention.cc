@@ -213,13 +213,16 @@ HWY_INLINE void ScoresGradBlocks(D d, const float* HWY_RESTRICT st, int64_t ts, 
       }
       ak[j] = a;
     }
-    for (int i = 0; i < TQ; ++i) {
-      float* o = dq + i * ld + col;
-      hn::StoreU(add_q ? hn::Add(hn::LoadU(d, o), aq[i]) : aq[i], d, o);
+    // (The runtime flags chosen outside the vector expressions: see STYLE / the AVX-512 note.)
+    if (add_q) {
+      for (int i = 0; i < TQ; ++i) hn::StoreU(hn::Add(hn::LoadU(d, dq + i * ld + col), aq[i]), d, dq + i * ld + col);
+    } else {
+      for (int i = 0; i < TQ; ++i) hn::StoreU(aq[i], d, dq + i * ld + col);
     }
-    for (int j = 0; j < TK; ++j) {
-      float* o = dk + j * ld + col;
-      hn::StoreU(add_k ? hn::Add(hn::LoadU(d, o), ak[j]) : ak[j], d, o);
+    if (add_k) {
+      for (int j = 0; j < TK; ++j) hn::StoreU(hn::Add(hn::LoadU(d, dk + j * ld + col), ak[j]), d, dk + j * ld + col);
+    } else {
+      for (int j = 0; j < TK; ++j) hn::StoreU(ak[j], d, dk + j * ld + col);
     }
   }
 }
@@ -882,7 +885,11 @@ HWY_INLINE void StartRowColumns(D d, const float* const* HWY_RESTRICT x, int64_t
   const int64_t N = LanesOf(d);
   hn::Vec<D> acc[NV];
   if (tail == static_cast<size_t>(N)) {
-    for (int k = 0; k < NV; ++k) acc[k] = accumulate ? hn::LoadU(d, o + c + k * N) : hn::Zero(d);
+    if (accumulate) {  // (the flag tested outside the vector expressions)
+      for (int k = 0; k < NV; ++k) acc[k] = hn::LoadU(d, o + c + k * N);
+    } else {
+      for (int k = 0; k < NV; ++k) acc[k] = hn::Zero(d);
+    }
     for (int64_t e = 0; e < count; ++e)
       for (int k = 0; k < NV; ++k) acc[k] = hn::Add(acc[k], hn::LoadU(d, x[e] + c + k * N));
     for (int k = 0; k < NV; ++k) hn::StoreU(acc[k], d, o + c + k * N);
@@ -891,7 +898,11 @@ HWY_INLINE void StartRowColumns(D d, const float* const* HWY_RESTRICT x, int64_t
   static_assert(NV >= 1, "");
   for (int k = 0; k < NV; ++k) {
     const size_t n = k == NV - 1 ? tail : static_cast<size_t>(N);
-    acc[k] = accumulate ? LoadUpTo(d, o + c + k * N, n) : hn::Zero(d);
+    if (accumulate) {
+      acc[k] = LoadUpTo(d, o + c + k * N, n);
+    } else {
+      acc[k] = hn::Zero(d);
+    }
     for (int64_t e = 0; e < count; ++e) acc[k] = hn::Add(acc[k], LoadUpTo(d, x[e] + c + k * N, n));
     if (n == static_cast<size_t>(N)) {
       hn::StoreU(acc[k], d, o + c + k * N);
