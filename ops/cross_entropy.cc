@@ -59,8 +59,8 @@ class ShortRows {
   static constexpr size_t kMaxN = hn::MaxLanes(D());
 
   ShortRows(const float* logits, const int32_t* targets, int64_t classes)
-      : N_(static_cast<int64_t>(hn::Lanes(D()))), classes_(classes), logits_(logits),
-        targets_(targets) {}
+      : N_(static_cast<int64_t>(hn::Lanes(D()))), classes_(classes), logits_(logits), targets_(targets),
+        block_offsets_(hn::Mul(hn::Iota(DI(), 0), hn::Set(DI(), static_cast<int32_t>(classes)))) {}
   int64_t lanes() const { return N_; }
   float* t() { return t_; }
   hn::Mask<D> counted() const { return counted_; }
@@ -77,7 +77,7 @@ class ShortRows {
       // store forwarding three times a block).
       const auto t = hn::LoadU(di, targets_ + rb);
       const auto ignored = hn::Lt(t, hn::Zero(di));
-      row_offsets_ = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(classes_)));
+      row_offsets_ = block_offsets_;
       target_offsets_ = hn::Add(row_offsets_, hn::IfThenZeroElse(ignored, t));
       counted_ = hn::RebindMask(d, hn::Not(ignored));
     } else {
@@ -92,7 +92,6 @@ class ShortRows {
       target_offsets_ = hn::Add(row_offsets_, hn::Load(di, target_));
       counted_ = hn::RebindMask(d, hn::Eq(hn::Load(di, ignored_), hn::Zero(di)));
     }
-    const auto offsets = row_offsets_;
     const float* base = logits_ + rb * classes_;
     auto vmax = hn::Set(d, -HUGE_VALF);
 #if ATTNKIT_HAVE_TRANSPOSE8
@@ -103,7 +102,7 @@ class ShortRows {
     }
 #endif
     for (int64_t j = 0; j < classes_; ++j) {
-      const auto col = hn::GatherIndex(d, base + j, offsets);
+      const auto col = hn::GatherIndex(d, base + j, row_offsets_);
       hn::Store(col, d, t_ + j * N_);
       vmax = hn::Max(vmax, col);
     }
@@ -177,6 +176,7 @@ class ShortRows {
   const float* logits_;
   const int32_t* targets_;
   int64_t rb_ = 0, count_ = 0;
+  const hn::Vec<DI> block_offsets_;  // row l·classes in lane l: a whole block's row offsets
   hn::Vec<DI> target_offsets_ = hn::Zero(DI()), row_offsets_ = hn::Zero(DI());
   hn::Mask<D> counted_ = hn::FirstN(D(), 0);
 };
