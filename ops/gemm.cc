@@ -42,6 +42,10 @@ HWY_NOINLINE void GemmSmallProductRest(const gemm_detail::GemmArgs& g) {
     PairRowsNN(g, 0, g.m, 0, g.n, gemm_detail::ProductSpan{});
     return;
   }
+  if (UseQuadsNN(g)) {
+    QuadRowsNN(g, 0, g.m, 0, g.n, gemm_detail::ProductSpan{});
+    return;
+  }
   if (TakesSmallPath(g, 0, g.m, 0, g.n)) {
     GemmSmallWhole(g);
     return;

@@ -5,7 +5,9 @@
 // lane-wise chains over k reduced in a fixed order; on AVX-512's pairs path (B transposed, 5 to
 // 8 columns: UsePairsNT) an even-k and an odd-k chain, added; on its pairs path for A·B of 9 or
 // 10 columns (UsePairsNN) the same even + odd chains for columns 0..7, and for columns 8 and 9
-// eight chains (one per k % 8) added in a fixed tree. The tile an element falls in and the
+// eight chains (one per k % 8) added in a fixed tree; on its quads path for the same products
+// where 512-bit operations issue in halves (UseQuadsNN), one chain for each of columns 0..7
+// and for columns 8 and 9 four (one per k % 4) added in a fixed tree. The tile an element falls in and the
 // slice that computes it never change that chain, which is what makes results bitwise
 // independent of the thread count.
 
@@ -119,6 +121,11 @@ inline void GemmBlock(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int
     // in steps of 16, so a product of at most 10 is never split)
     HWY_DASSERT(j0 == 0 && j1 == g.n);
     PairRowsNN(g, i0, i1, j0, j1, span);
+    return;
+  }
+  if (UseQuadsNN(g)) {  // as UsePairsNN's, for cores that split 512-bit operations
+    HWY_DASSERT(j0 == 0 && j1 == g.n);
+    QuadRowsNN(g, i0, i1, j0, j1, span);
     return;
   }
   if (TakesSmallPath(g, i0, i1, j0, j1)) {

@@ -184,6 +184,12 @@ HWY_INLINE float ATileValue(const float* HWY_RESTRICT a, const float* HWY_RESTRI
   return R > 6 && r >= 6 ? a6[(r - 6) * lda] : a[r * lda];
 }
 
+// The address of A(r, ·) at the current k, as ATileValue reads it.
+template <int R>
+HWY_INLINE const float* ATileRow(const float* HWY_RESTRICT a, const float* HWY_RESTRICT a6, int64_t lda, int r) {
+  return R > 6 && r >= 6 ? a6 + (r - 6) * lda : a + r * lda;
+}
+
 // Rows i..i+R, columns j..j+cols (cols <= NV·Lanes(d), the last vector partial) of C, op(B) in
 // place (B not transposed): row kk of op(B) at b + kk·ldb.
 // kFull: cols == NV·Lanes(d), every vector stored whole (a masked store of a full mask costs
@@ -794,6 +800,172 @@ HWY_INLINE void PairRowsNN(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0
   });
 }
 
+// Products with neither operand transposed and 9 or 10 columns where 512-bit operations issue
+// in halves (gemm_detail::avx512_halves, Zen 4: one 512-bit FMA a cycle, or two 256-bit ones):
+// a row's 10 columns in one 512-bit vector keep 10 of its 16 lanes busy. Here in 256-bit
+// vectors, every lane working:
+// - columns 0..7: one 8-lane vector a row, A(r, kk) broadcast, one FMA chain a column over k in
+//   increasing order from zero (the small path's chains: the same bits for these columns);
+// - columns 8 and 9 with k in quads: lanes q and 4 + q of a row's second vector sum
+//   A(r, kk)·B(kk, 8) and A(r, kk)·B(kk, 9) over the kk of kk % 4 = q (A's 4 values broadcast
+//   to both 128-bit halves, one load; B's 4 × 2 values built once per quad for the tile); a
+//   last quad of 1..3 k-steps zero in A's and B's lanes past k. After the k loop the lanes
+//   are added (l0 + l1) + (l2 + l3), the same tree for every row whatever its tile.
+// 40 FMAs of 8 lanes for every 32 of 16 (Linear(128, 10)'s forward: 640 × 128 × 10 at 12 rows
+// a tile 17.3 µs against 22.75 in a bare loop, AMD EPYC Zen 4, one thread).
+// Chosen on the whole product's shape, never a block's (see UsePairsNT): a product is computed
+// this way whatever its split into blocks and threads, bitwise the same for every split.
+// Where 512-bit operations are whole, UsePairsNN's path takes these products from k = 32.
+HWY_INLINE bool UseQuadsNN(const GemmArgs& g) {
+  return gemm_detail::avx512_halves && !g.trans_b && !g.trans_a && g.n >= 9 && g.n <= 10 && g.k <= 256;
+}
+
+// Rows of a quads-NN tile: its 2 · R accumulators of 8 lanes and the shared operands fit in
+// the 32 vector registers.
+inline constexpr int64_t kQuadsNNRows = 12;
+
+// Lanes 0..3: B(k0 + q, 8), lanes 4..7: B(k0 + q, 9) (zero without kTwo), for q < kc (zero
+// past it); b = B's row k0 at column 8.
+template <bool kTwo, bool kWhole>
+HWY_INLINE __m256 Columns89QuadOfB(const float* HWY_RESTRICT b, int64_t ldb, int64_t kc) {
+  __m128d q[4];
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) {
+    if (kWhole || r < kc) {
+      q[r] = Pair89OfB<kTwo>(b + r * ldb);
+    } else {
+      q[r] = _mm_setzero_pd();
+    }
+  }
+  const __m256d pairs = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_unpacklo_pd(q[0], q[1])), _mm_unpacklo_pd(q[2], q[3]), 1);
+  // (q, c) → (c, q)
+  return _mm256_permutevar8x32_ps(_mm256_castpd_ps(pairs), _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+}
+
+// Floats of a quads-NN product's packed columns 8 and 9: 8 a quad, k <= 256.
+inline constexpr int64_t kQuadsNNPacked = 2 * 256;
+
+// B's columns 8 and 9 of a quads-NN product (b at column 0) for its tiles: quad w's
+// Columns89QuadOfB at packed + 8w, the last quad zero past k. Built once for every tile of a
+// product (in the k loop, once per tile: 640 × 128 × 10 4% slower in a bare loop).
+template <bool kTwo>
+HWY_INLINE void PackColumns89(const float* HWY_RESTRICT b, int64_t ldb, int64_t k, float* HWY_RESTRICT packed) {
+  int64_t k0 = 0;
+  for (; k0 + 4 <= k; k0 += 4) _mm256_store_ps(packed + 2 * k0, Columns89QuadOfB<kTwo, true>(b + k0 * ldb + 8, ldb, 4));
+  if (k0 < k) _mm256_store_ps(packed + 2 * k0, Columns89QuadOfB<kTwo, false>(b + k0 * ldb + 8, ldb, k - k0));
+}
+
+// Rows i..i+R (R <= kQuadsNNRows), columns j..j+cols (9 or 10: kTwo) of every product of span
+// (see UseQuadsNN). packed: the one product's PackColumns89, or null (a batch: B's columns 8
+// and 9 built in the k loop).
+template <int R, bool kTwo, bool kBias, bool kEpilogue>
+HWY_INLINE void QuadTileNN(const GemmArgs& g, const ProductSpan& span, int64_t i, int64_t j, int64_t cols,
+                           const float* packed) {
+  const hn::Full512<float> d;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t lda = g.lda, ldb = g.ldb, k = g.k, ldc = g.ldc;
+  const auto mcols = hn::FirstN(d, static_cast<size_t>(cols));
+  const V va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
+  const Combine combine = SmallCombine(g);
+  const V bias = kBias ? hn::MaskedLoad(mcols, d, g.bias + j) : hn::Zero(d);
+  const float* const a0 = g.a + i * lda;
+  const float* const b0 = g.b + j;
+  float* const c0 = g.c + i * ldc + j;
+  const auto product = [&](const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, float* HWY_RESTRICT c) HWY_ATTR __attribute__((always_inline)) {
+    __m256 acc[R], acc2[R];
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), acc2[r] = _mm256_setzero_ps();
+    // The k loop with B's columns 8 and 9 from packed (kPacked) or built quad by quad (a batch's
+    // products, one tile each: packed first, the stores and loads of the pack cost more).
+    const auto k_loop = [&](auto packed_tag) HWY_ATTR __attribute__((always_inline)) {
+      constexpr bool kPacked = decltype(packed_tag)::value;
+      // A's rows from two bases 6 rows apart, as SmallTileNN's (ATileValue).
+      const float* HWY_RESTRICT ak = a;
+      const float* HWY_RESTRICT ak6 = R > 6 ? a + 6 * lda : a;
+      const float* HWY_RESTRICT bk = b;
+      int64_t k0 = 0;
+#pragma GCC unroll 1
+      for (; k0 + 4 <= k; k0 += 4) {
+        const __m256 b89 = kPacked ? _mm256_load_ps(packed + 2 * k0) : Columns89QuadOfB<kTwo, true>(bk + 8, ldb, 4);
+#pragma GCC unroll 12
+        for (int r = 0; r < R; ++r) {
+          const __m128* quad = reinterpret_cast<const __m128*>(ATileRow<R>(ak, ak6, lda, r));
+          acc2[r] = _mm256_fmadd_ps(_mm256_broadcast_ps(quad), b89, acc2[r]);
+        }
+#pragma GCC unroll 1
+        for (int q = 0; q < 4; ++q) {
+          const __m256 bv = _mm256_loadu_ps(bk);
+#pragma GCC unroll 12
+          for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(ATileValue<R>(ak, ak6, lda, r)), bv, acc[r]);
+          ak += 1;
+          ak6 += 1;
+          bk += ldb;
+        }
+      }
+      if (k0 < k) {  // the last kc < 4 k-steps: zero in A's and B's lanes past k
+        const int64_t kc = k - k0;
+        const __m256 b89 = kPacked ? _mm256_load_ps(packed + 2 * k0) : Columns89QuadOfB<kTwo, false>(bk + 8, ldb, kc);
+        const __mmask8 ka = static_cast<__mmask8>((1u << kc) - 1);
+#pragma GCC unroll 12
+        for (int r = 0; r < R; ++r) {
+          const __m128 quad = _mm_maskz_loadu_ps(ka, ATileRow<R>(ak, ak6, lda, r));
+          acc2[r] = _mm256_fmadd_ps(_mm256_set_m128(quad, quad), b89, acc2[r]);
+        }
+#pragma GCC unroll 1
+        for (int64_t q = 0; q < kc; ++q) {
+          const __m256 bv = _mm256_loadu_ps(bk);
+#pragma GCC unroll 12
+          for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(ATileValue<R>(ak, ak6, lda, r)), bv, acc[r]);
+          ak += 1;
+          ak6 += 1;
+          bk += ldb;
+        }
+      }
+    };
+    if (packed != nullptr) {
+      k_loop(std::true_type());
+    } else {
+      k_loop(std::false_type());
+    }
+    // Rows in fours: sums[w] lanes 0..3 = rows 4w..4w + 3's column 8, lanes 4..7 their column 9.
+    constexpr int kW = (R + 3) / 4;
+    __m256 sums[kW];
+#pragma GCC unroll 3
+    for (int w = 0; w < kW; ++w) {
+      const __m256 zero = _mm256_setzero_ps();
+      const __m256 h0 = _mm256_hadd_ps(acc2[4 * w], 4 * w + 1 < R ? acc2[4 * w + 1] : zero);
+      const __m256 h1 = _mm256_hadd_ps(4 * w + 2 < R ? acc2[4 * w + 2] : zero, 4 * w + 3 < R ? acc2[4 * w + 3] : zero);
+      sums[w] = _mm256_hadd_ps(h0, h1);
+    }
+    const auto store_rows = [&](auto combine_tag) HWY_ATTR __attribute__((always_inline)) {
+      constexpr Combine kCombine = decltype(combine_tag)::value;
+#pragma GCC unroll 12
+      for (int r = 0; r < R; ++r) {
+        const int s = 16 + (r & 3);
+        const __m512i pick = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, s, s + 4, 0, 0, 0, 0, 0, 0);
+        const V row{_mm512_permutex2var_ps(_mm512_castps256_ps512(acc[r]), pick, _mm512_castps256_ps512(sums[r / 4]))};
+        SmallStoreVec<true, kBias, kEpilogue>(d, row, va, vb, kCombine, mcols, bias, g, i + r, j, c + r * ldc);
+      }
+    };
+    WithCombine(combine, store_rows);
+  };
+  ForEachProduct(span, a0, b0, c0, product);
+}
+
+// Rows [i0, i1) of every product of span in tiles of at most kQuadsNNRows rows (see UseQuadsNN).
+HWY_INLINE void QuadRowsNN(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1, const ProductSpan& span) {
+  WithFlag(j1 - j0 == 10, [&](auto two) {
+    constexpr bool kTwo = decltype(two)::value;
+    alignas(32) float packed[kQuadsNNPacked];
+    const bool one = span.p0 == 0 && span.p1 == 1;  // one product: its B packed once for its tiles
+    if (one) PackColumns89<kTwo>(g.b + j0, g.ldb, g.k, packed);
+    ForEachPairTile<static_cast<int>(kQuadsNNRows)>(g, i0, i1, [&](auto r_tag, auto b, auto e, int64_t i) {
+      QuadTileNN<decltype(r_tag)::value, kTwo, decltype(b)::value, decltype(e)::value>(g, span, i, j0, j1 - j0,
+                                                                                        one ? packed : nullptr);
+    });
+  });
+}
+
 // sgemm_slice's whole products of at most kSmallRows1 rows are never the packed or short-k
 // path's (both need m >= 48), so the per-call paths below need not ask.
 inline constexpr bool kOneTileRowsNeverPacked = kSmallRows1 < 48;
@@ -956,7 +1128,7 @@ HWY_INLINE bool SmallOneTileNN(const GemmArgs& g) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(DF())), m = g.m, n = g.n;
   // (At most kSmallRows1 rows: never the packed or short-k path's, see kOneTileRowsNeverPacked.)
   if (g.trans_b || g.bias != nullptr || g.has_epilogue() || m > kSmallRows1 || n < 5 || n > 2 * lanes ||
-      g.k > 256 || UsePairsNN(g))
+      g.k > 256 || UsePairsNN(g) || UseQuadsNN(g))
     return false;
   SmallTileFn tile;
   if (n <= 8 && lanes > 8) {

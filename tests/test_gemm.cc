@@ -897,10 +897,12 @@ TEST_CASE("products with a transposed B of 5 to 8 columns (k in pairs) match a d
 
 // Neither operand transposed, 9 or 10 columns (a 10-class head's forward x·W): on AVX-512 from
 // k = 32, columns 0..7 with k in pairs and columns 8..9 with k in octets (UsePairsNN), an odd
-// last k alone, a last octet of 1..7 k-steps, tiles of up to 10 rows; the same bits whatever
+// last k alone, a last octet of 1..7 k-steps, tiles of up to 10 rows; where 512-bit operations
+// issue in halves, 8-lane rows and columns 8..9 with k in quads (UseQuadsNN), a last quad of
+// 1..3 k-steps, tiles of up to 12 rows; the same bits whatever
 // the slices, the batching or the row a product starts at, a bias in the same stores, and
 // infinities where the lanes past k could have made inf · 0 = NaN.
-TEST_CASE("products of 9 or 10 columns with B not transposed (k in pairs and octets) match a double reference",
+TEST_CASE("products of 9 or 10 columns with B not transposed (k in pairs and octets, or quads) match a double reference",
           "[gemm]") {
   const std::vector<std::pair<float, float>> scalars = {{1, 0}, {-0.5f, 1}, {2, -0.5f}, {2, 0}};
   // The pairs path where 512-bit operations are whole, the small path for a core that splits
@@ -912,7 +914,8 @@ TEST_CASE("products of 9 or 10 columns with B not transposed (k in pairs and oct
       uint32_t seed = 7500;
       for (int64_t m : {1, 2, 9, 10, 11, 19, 21, 40, 130})
         for (int64_t n : {9, 10})
-          for (int64_t k : {16, 31, 32, 33, 38, 39, 40, 41, 47, 48, 49, 63, 64, 65, 127, 128, 129, 255, 256, 257}) {
+          for (int64_t k : {1, 2, 3, 4, 5, 6, 7, 10, 13, 16, 31, 32, 33, 34, 38, 39, 40, 41, 47, 48, 49, 63, 64, 65, 127,
+                            128, 129, 255, 256, 257}) {
             const auto [alpha, beta] = scalars[seed % scalars.size()];
             const int64_t pad = seed % 3 == 0 ? 0 : seed % 3 == 1 ? 1 : 17;
             const Problem p = make_problem(false, false, m, n, k, alpha, beta, pad, seed);
@@ -930,7 +933,7 @@ TEST_CASE("products of 9 or 10 columns with B not transposed (k in pairs and oct
           }
       // Infinities in A's last k-steps (the odd last k, the last octet) meet a finite B: ±inf in
       // every column, never NaN from the lanes past k.
-      for (int64_t k : {33, 39, 41, 47, 49}) {
+      for (int64_t k : {5, 6, 7, 33, 34, 35, 39, 41, 47, 49}) {
         for (int64_t n : {9, 10}) {
           Problem p = make_problem(false, false, 10, n, k, 1.0f, 0.0f, 0, 7400 + static_cast<uint32_t>(k));
           for (int64_t i = 0; i < p.m; ++i) p.a[i * p.lda + k - 1] = std::numeric_limits<float>::infinity();
@@ -945,7 +948,7 @@ TEST_CASE("products of 9 or 10 columns with B not transposed (k in pairs and oct
       }
       // NaN in the padding past A's k columns and past B's n columns: the lanes past k (an odd
       // last k, a last octet of 1..7) and past column 9 are never read as values.
-      for (int64_t k : {32, 33, 39, 41, 47, 49, 63})
+      for (int64_t k : {6, 7, 32, 33, 34, 39, 41, 47, 49, 63})
         for (int64_t n : {9, 10}) {
           Problem p = make_problem(false, false, 13, n, k, 1.0f, 0.0f, 5, 7450 + static_cast<uint32_t>(k));
           for (int64_t i = 0; i < p.m; ++i)
