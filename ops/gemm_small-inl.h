@@ -861,13 +861,19 @@ HWY_INLINE void PackColumns89(const float* HWY_RESTRICT b, int64_t ldb, int64_t 
 template <int R, bool kTwo, bool kBias, bool kEpilogue>
 HWY_INLINE void QuadTileNN(const GemmArgs& g, const ProductSpan& span, int64_t i, int64_t j, int64_t cols,
                            const float* packed) {
-  const hn::Full512<float> d;
-  using V = hn::Vec<decltype(d)>;
+  // Columns 0..7 in 8 lanes (d8), columns 8..9 in 2 (dt; column 8 alone in 1 without kTwo).
+  const hn::Full256<float> d8;
+  using V8 = hn::Vec<decltype(d8)>;
+  using DT = std::conditional_t<kTwo, hn::Full64<float>, hn::Full32<float>>;
+  const DT dt;
+  using VT = hn::Vec<DT>;
+  (void)cols;
   const int64_t lda = g.lda, ldb = g.ldb, k = g.k, ldc = g.ldc;
-  const auto mcols = hn::FirstN(d, static_cast<size_t>(cols));
-  const V va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
+  const V8 va8 = hn::Set(d8, g.alpha), vb8 = hn::Set(d8, g.beta);
+  const VT vat = hn::Set(dt, g.alpha), vbt = hn::Set(dt, g.beta);
   const Combine combine = SmallCombine(g);
-  const V bias = kBias ? hn::MaskedLoad(mcols, d, g.bias + j) : hn::Zero(d);
+  const V8 bias8 = kBias ? hn::LoadU(d8, g.bias + j) : hn::Zero(d8);
+  const VT biast = kBias ? hn::LoadU(dt, g.bias + j + 8) : hn::Zero(dt);
   const float* const a0 = g.a + i * lda;
   const float* const b0 = g.b + j;
   float* const c0 = g.c + i * ldc + j;
@@ -937,14 +943,19 @@ HWY_INLINE void QuadTileNN(const GemmArgs& g, const ProductSpan& span, int64_t i
       const __m256 h1 = _mm256_hadd_ps(4 * w + 2 < R ? acc2[4 * w + 2] : zero, 4 * w + 3 < R ? acc2[4 * w + 3] : zero);
       sums[w] = _mm256_hadd_ps(h0, h1);
     }
+    // Each row in two plain stores: columns 0..7 (8 lanes) and 8..9 (2 lanes, 1 without kTwo).
+    // One masked 512-bit store a row instead cost Zen 4 more than the row's FMAs at k = 16.
     const auto store_rows = [&](auto combine_tag) HWY_ATTR __attribute__((always_inline)) {
       constexpr Combine kCombine = decltype(combine_tag)::value;
 #pragma GCC unroll 12
       for (int r = 0; r < R; ++r) {
-        const int s = 16 + (r & 3);
-        const __m512i pick = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, s, s + 4, 0, 0, 0, 0, 0, 0);
-        const V row{_mm512_permutex2var_ps(_mm512_castps256_ps512(acc[r]), pick, _mm512_castps256_ps512(sums[r / 4]))};
-        SmallStoreVec<true, kBias, kEpilogue>(d, row, va, vb, kCombine, mcols, bias, g, i + r, j, c + r * ldc);
+        const int s = r & 3;
+        const __m256i pick = _mm256_setr_epi32(s, s + 4, 0, 0, 0, 0, 0, 0);
+        const __m128 tail = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(sums[r / 4], pick));
+        float* HWY_RESTRICT cr = c + r * ldc;
+        SmallStoreVec<false, kBias, kEpilogue>(d8, V8{acc[r]}, va8, vb8, kCombine, hn::FirstN(d8, 8), bias8, g, i + r, j, cr);
+        SmallStoreVec<false, kBias, kEpilogue>(dt, VT{tail}, vat, vbt, kCombine, hn::FirstN(dt, 2), biast, g, i + r,
+                                               j + 8, cr + 8);
       }
     };
     WithCombine(combine, store_rows);
