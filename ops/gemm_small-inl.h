@@ -644,21 +644,27 @@ HWY_INLINE __m128d Pair89OfB(const float* HWY_RESTRICT p) {
   }
 }
 
-// Lanes 0..7: B(k0 + q, 8), lanes 8..15: B(k0 + q, 9) (zero without kTwo), for q < kc (zero
-// past it); b = B's row k0 at column 8.
-template <bool kTwo, bool kWhole>
-HWY_INLINE hn::Vec<hn::Full512<float>> Columns89OfB(const float* HWY_RESTRICT b, int64_t ldb, int64_t kc) {
-  __m128d q[8];
-#pragma GCC unroll 8
-  for (int r = 0; r < 8; ++r) {
-    if (kWhole || r < kc) {
-      q[r] = Pair89OfB<kTwo>(b + r * ldb);
+// B(k0 + R0 + r, 8) and B(k0 + R0 + r, 9) (zero without kTwo) in 64-bit lane r, r < 4, zero
+// for R0 + r >= kc unless kWhole; b = B's row k0 at column 8.
+template <bool kTwo, bool kWhole, int R0>
+HWY_INLINE __m256d Pairs89OfB(const float* HWY_RESTRICT b, int64_t ldb, int64_t kc) {
+  __m128d q[4];
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) {
+    if (kWhole || R0 + r < kc) {
+      q[r] = Pair89OfB<kTwo>(b + (R0 + r) * ldb);
     } else {
       q[r] = _mm_setzero_pd();
     }
   }
-  const __m256d h0 = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_unpacklo_pd(q[0], q[1])), _mm_unpacklo_pd(q[2], q[3]), 1);
-  const __m256d h1 = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_unpacklo_pd(q[4], q[5])), _mm_unpacklo_pd(q[6], q[7]), 1);
+  return _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_unpacklo_pd(q[0], q[1])), _mm_unpacklo_pd(q[2], q[3]), 1);
+}
+
+// Lanes 0..7: B(k0 + q, 8), lanes 8..15: B(k0 + q, 9) (zero without kTwo), for q < kc (zero
+// past it); b = B's row k0 at column 8.
+template <bool kTwo, bool kWhole>
+HWY_INLINE hn::Vec<hn::Full512<float>> Columns89OfB(const float* HWY_RESTRICT b, int64_t ldb, int64_t kc) {
+  const __m256d h0 = Pairs89OfB<kTwo, kWhole, 0>(b, ldb, kc), h1 = Pairs89OfB<kTwo, kWhole, 4>(b, ldb, kc);
   const __m512 pairs = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(h0), h1, 1));
   // (q, c) → (c, q)
   const __m512i by_column = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
@@ -828,16 +834,7 @@ inline constexpr int64_t kQuadsNNRows = 12;
 // past it); b = B's row k0 at column 8.
 template <bool kTwo, bool kWhole>
 HWY_INLINE __m256 Columns89QuadOfB(const float* HWY_RESTRICT b, int64_t ldb, int64_t kc) {
-  __m128d q[4];
-#pragma GCC unroll 4
-  for (int r = 0; r < 4; ++r) {
-    if (kWhole || r < kc) {
-      q[r] = Pair89OfB<kTwo>(b + r * ldb);
-    } else {
-      q[r] = _mm_setzero_pd();
-    }
-  }
-  const __m256d pairs = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_unpacklo_pd(q[0], q[1])), _mm_unpacklo_pd(q[2], q[3]), 1);
+  const __m256d pairs = Pairs89OfB<kTwo, kWhole, 0>(b, ldb, kc);
   // (q, c) → (c, q)
   return _mm256_permutevar8x32_ps(_mm256_castpd_ps(pairs), _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
 }
@@ -889,6 +886,18 @@ HWY_INLINE void QuadTileNN(const GemmArgs& g, const ProductSpan& span, int64_t i
       const float* HWY_RESTRICT ak = a;
       const float* HWY_RESTRICT ak6 = R > 6 ? a + 6 * lda : a;
       const float* HWY_RESTRICT bk = b;
+      // Columns 0..7 over the next `steps` k-steps (A broadcast, one FMA a row each).
+      const auto columns_0_7 = [&](int64_t steps) HWY_ATTR __attribute__((always_inline)) {
+#pragma GCC unroll 1
+        for (int64_t q = 0; q < steps; ++q) {
+          const __m256 bv = _mm256_loadu_ps(bk);
+#pragma GCC unroll 12
+          for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(ATileValue<R>(ak, ak6, lda, r)), bv, acc[r]);
+          ak += 1;
+          ak6 += 1;
+          bk += ldb;
+        }
+      };
       int64_t k0 = 0;
 #pragma GCC unroll 1
       for (; k0 + 4 <= k; k0 += 4) {
@@ -898,15 +907,7 @@ HWY_INLINE void QuadTileNN(const GemmArgs& g, const ProductSpan& span, int64_t i
           const __m128* quad = reinterpret_cast<const __m128*>(ATileRow<R>(ak, ak6, lda, r));
           acc2[r] = _mm256_fmadd_ps(_mm256_broadcast_ps(quad), b89, acc2[r]);
         }
-#pragma GCC unroll 1
-        for (int q = 0; q < 4; ++q) {
-          const __m256 bv = _mm256_loadu_ps(bk);
-#pragma GCC unroll 12
-          for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(ATileValue<R>(ak, ak6, lda, r)), bv, acc[r]);
-          ak += 1;
-          ak6 += 1;
-          bk += ldb;
-        }
+        columns_0_7(4);
       }
       if (k0 < k) {  // the last kc < 4 k-steps: zero in A's and B's lanes past k
         const int64_t kc = k - k0;
@@ -917,15 +918,7 @@ HWY_INLINE void QuadTileNN(const GemmArgs& g, const ProductSpan& span, int64_t i
           const __m128 quad = _mm_maskz_loadu_ps(ka, ATileRow<R>(ak, ak6, lda, r));
           acc2[r] = _mm256_fmadd_ps(_mm256_set_m128(quad, quad), b89, acc2[r]);
         }
-#pragma GCC unroll 1
-        for (int64_t q = 0; q < kc; ++q) {
-          const __m256 bv = _mm256_loadu_ps(bk);
-#pragma GCC unroll 12
-          for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(ATileValue<R>(ak, ak6, lda, r)), bv, acc[r]);
-          ak += 1;
-          ak6 += 1;
-          bk += ldb;
-        }
+        columns_0_7(kc);
       }
     };
     if (packed != nullptr) {
