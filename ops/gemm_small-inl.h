@@ -814,9 +814,10 @@ HWY_INLINE void PairRowsNN(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0
 //   increasing order from zero (the small path's chains: the same bits for these columns);
 // - columns 8 and 9 with k in quads: lanes q and 4 + q of a row's second vector sum
 //   A(r, kk)·B(kk, 8) and A(r, kk)·B(kk, 9) over the kk of kk % 4 = q (A's 4 values broadcast
-//   to both 128-bit halves, one load; B's 4 × 2 values built once per quad for the tile); a
-//   last quad of 1..3 k-steps zero in A's and B's lanes past k. After the k loop the lanes
-//   are added (l0 + l1) + (l2 + l3), the same tree for every row whatever its tile.
+//   to both 128-bit halves, one load; B's 4 × 2 values packed once per product for all its
+//   tiles, or built quad by quad for a batch's one-tile products); a last quad of 1..3 k-steps
+//   zero in A's and B's lanes past k. After the k loop the lanes are added (l0 + l1) +
+//   (l2 + l3), the same tree for every row whatever its tile.
 // 40 FMAs of 8 lanes for every 32 of 16 (Linear(128, 10)'s forward: 640 × 128 × 10 at 12 rows
 // a tile 17.3 µs against 22.75 in a bare loop, AMD EPYC Zen 4, one thread).
 // Chosen on the whole product's shape, never a block's (see UsePairsNT): a product is computed
