@@ -302,22 +302,48 @@ static const uint8_t* TransposedMask(const AttentionDims& m, const AttentionMask
 }
 
 // Lane q of the result: the sum of acc[q]'s lanes, for K = Lanes(d) accumulators, by a fixed
-// tree of adjacent-lane pair sums (ConcatEven + ConcatOdd): every accumulator's lanes are
-// added in the same order whatever its position, so a sum depends only on its own lanes.
+// tree: within each 128-bit block lanes (0 + 2) and (1 + 3), then their sum, then the blocks
+// pairwise ((0 + 1) + (2 + 3) for four). Every accumulator's lanes are added in the same order
+// whatever its position, so a sum depends only on its own lanes. The block steps use in-block
+// unpacks (a 2-source permute per accumulator pair and level, with a register copy each, was
+// ~30% of SummedScoresT's time on Zen 4).
 template <int K, class D>
 HWY_INLINE hn::Vec<D> LaneSums(D d, const hn::Vec<D> (&acc)[K]) {
 #if HWY_TARGET == HWY_SCALAR
   (void)d;
   return acc[0];
 #else
-  if constexpr (K == 1) {
-    return acc[0];
+  using V = hn::Vec<D>;
+  static_assert(K >= 4 && K <= 16, "one accumulator per lane of 4 to 16");
+  const hn::Repartition<double, D> dd;
+  // [a0 + a2, b0 + b2, a1 + a3, b1 + b3] per block for each pair (a, b).
+  V s1[K / 2];
+#pragma GCC unroll 8
+  for (int q = 0; q < K / 2; ++q)
+    s1[q] = hn::Add(hn::InterleaveLower(d, acc[2 * q], acc[2 * q + 1]), hn::InterleaveUpper(d, acc[2 * q], acc[2 * q + 1]));
+  // Each block's sums of accumulators 4q .. 4q + 3, in that order.
+  V s2[K / 4];
+#pragma GCC unroll 4
+  for (int q = 0; q < K / 4; ++q) {
+    const auto x = hn::BitCast(dd, s1[2 * q]), y = hn::BitCast(dd, s1[2 * q + 1]);
+    s2[q] = hn::Add(hn::BitCast(d, hn::InterleaveLower(dd, x, y)), hn::BitCast(d, hn::InterleaveUpper(dd, x, y)));
+  }
+  if constexpr (K == 4) {
+    return s2[0];
+  } else if constexpr (K == 8) {  // two blocks: [lower blocks | upper blocks] + the same of the others
+    return hn::Add(hn::ConcatLowerLower(d, s2[1], s2[0]), hn::ConcatUpperUpper(d, s2[1], s2[0]));
   } else {
-    hn::Vec<D> half[K / 2];  // (a fresh array per level: updating acc in place spilled it)
-#pragma GCC unroll 16
-    for (int q = 0; q < K / 2; ++q)
-      half[q] = hn::Add(hn::ConcatEven(d, acc[2 * q + 1], acc[2 * q]), hn::ConcatOdd(d, acc[2 * q + 1], acc[2 * q]));
-    return LaneSums<K / 2>(d, half);
+#if HWY_TARGET <= HWY_AVX3
+    // Four blocks: blocks 0 and 2 of x then of y, plus blocks 1 and 3, twice.
+    auto pairs = [](V x, V y) {
+      return V{_mm512_add_ps(_mm512_shuffle_f32x4(x.raw, y.raw, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(x.raw, y.raw, _MM_SHUFFLE(3, 1, 3, 1)))};
+    };
+    return pairs(pairs(s2[0], s2[1]), pairs(s2[2], s2[3]));
+#else
+    static_assert(K != 16, "16 lanes are AVX-512's");
+    return s2[0];
+#endif
   }
 #endif
 }
@@ -354,23 +380,35 @@ HWY_INLINE void DotTileT(D d, const float* const* HWY_RESTRICT ar, const float* 
       for (int r = 0; r < R; ++r) acc[c * R + r] = hn::MulAdd(a[r], bv, acc[c * R + r]);
     }
   }
-  HWY_ALIGN float sums[K];
-  hn::Store(LaneSums<K>(d, acc), d, sums);
-  for (int c = 0; c < C; ++c) {
-    if (c >= cols) break;
-    for (int r = 0; r < R; ++r) out[c * ldo + r] = sums[c * R + r];
+  const auto sums = LaneSums<K>(d, acc);
+  if constexpr (R == K) {  // one key row: its queries are the vector
+    hn::StoreU(sums, d, out);
+#if HWY_TARGET != HWY_SCALAR
+  } else if constexpr (2 * R == K) {  // two key rows: a half each
+    const hn::Half<D> dh;
+    hn::StoreU(hn::LowerHalf(dh, sums), dh, out);
+    if (cols > 1) hn::StoreU(hn::UpperHalf(dh, sums), dh, out + ldo);
+#endif
+  } else {
+    HWY_ALIGN float lanes[K];
+    hn::Store(sums, d, lanes);
+    for (int c = 0; c < C; ++c) {
+      if (c >= cols) break;
+      for (int r = 0; r < R; ++r) out[c * ldo + r] = lanes[c * R + r];
+    }
   }
 }
 
 // dPᵀ of the heads [h0, h1) of batch entry b of a head-summed attention (every head reads the
-// one dy): st[(h − h0)·tk + j][i] = dy_i · v_hj over the dvh value columns, for queries i < tq
-// (query lanes up to the next multiple of R past tq get the last query's values; tqp, a
-// multiple of R, is st's row stride), here for the key rows [c_begin, c_end) of the heads'
+// one dy): st[(h − h0)·tk + j][i] = dy_i · v_hj over the dvh value columns, here for the
+// queries [q0, q1) (query lanes up to the next multiple of R past q1 get query q1 − 1's values;
+// tqp, a multiple of R, is st's row stride) and the key rows [c_begin, c_end) of the heads'
 // (h − h0)·tk + j. Dot products along the value columns: the rows of dy and of V are read as
 // they are, no transposes; tiles of R queries × C key rows, R·C lanes.
 template <int R, int C, class D>
 HWY_NOINLINE void SummedScoresT(D d, const float* dyb, int64_t ldy, const float* const* erows, const AttentionDims& m,
-                              int64_t h0, int64_t c_begin, int64_t c_end, float* st, int64_t tqp) {
+                              int64_t h0, int64_t q0, int64_t q1, int64_t c_begin, int64_t c_end, float* st,
+                              int64_t tqp) {
   // Key row kr's values (head h0 + kr / tk, row kr % tk), found once per call: a division per
   // row and tile was ~30% of this function's time (neighbor-sum, 16 lanes).
   const float* vrow[kMaxSummedRows];
@@ -381,9 +419,9 @@ HWY_NOINLINE void SummedScoresT(D d, const float* dyb, int64_t ldy, const float*
       if (++j == m.tk) j = 0, ++h;
     }
   }
-  for (int64_t i0 = 0; i0 < m.tq; i0 += R) {
+  for (int64_t i0 = q0; i0 < q1; i0 += R) {
     const float* ar[R];
-    for (int r = 0; r < R; ++r) ar[r] = dyb + std::min<int64_t>(i0 + r, m.tq - 1) * ldy;
+    for (int r = 0; r < R; ++r) ar[r] = dyb + std::min<int64_t>(i0 + r, q1 - 1) * ldy;
     for (int64_t c0 = c_begin; c0 < c_end; c0 += C) {
       const float* br[C];
       for (int c = 0; c < C; ++c) br[c] = vrow[std::min<int64_t>(c0 + c, c_end - 1) - c_begin];
@@ -392,44 +430,62 @@ HWY_NOINLINE void SummedScoresT(D d, const float* dyb, int64_t ldy, const float*
   }
 }
 
-// The tiles of SummedScoresT for `rows` key rows and tq queries: R1 queries × C1 = K / R1
-// key rows over the first rows − rows % C1 key rows, then R2 × K / R2 over the rest (K =
-// Lanes(d); R1, R2 powers of two dividing the query lanes nt), for the least cost, each tile
-// costing max(K FMAs, R + C loads) per vector of the dot products. Neighbor-sum's 10 queries ×
-// 20 key rows on 16 lanes: 10 tiles of 2 × 8 and 3 of 4 × 4 (13, against 15 of one shape).
+// The tiles of SummedScoresT for `rows` key rows and tq queries (K = Lanes(d); R a power of two
+// dividing the query lanes nt, C = K / R): first, optionally, the queries [0, q_split) (a
+// multiple of K / 2) in tiles of K / 2 queries × 2 key rows, whose sums are stored as two
+// half vectors; then the other queries in R1 × C1 tiles over the first rows − rows % C1 key
+// rows and R2 × C2 over the rest — the plan of least cost, a tile costing steps · max(K FMAs,
+// R + C loads) for its steps vectors of dot products, plus its stores (1 or 2 vectors when
+// R >= K / 2, else R values for each of its C key rows). Neighbor-sum's 10 queries × 20 key
+// rows on 16 lanes: 10 tiles of 8 × 2 (queries 0..7), 3 of 2 × 8 (queries 8, 9; the last of 4 key rows).
 struct SummedTiles {
-  int64_t r1 = 1, r2 = 1, split = 0;  // key rows [0, split) take R1, [split, rows) R2
+  int64_t q_split = 0;                // queries [0, q_split): tiles of K / 2 × 2 over every key row
+  int64_t r1 = 1, r2 = 1, split = 0;  // queries [q_split, tq): key rows [0, split) take R1, [split, rows) R2
 };
 template <class D>
-HWY_INLINE SummedTiles PlanSummedTiles(D d, int64_t tq, int64_t rows, int64_t nt) {
+HWY_INLINE SummedTiles PlanSummedTiles(D d, int64_t tq, int64_t rows, int64_t nt, int64_t steps) {
   const int64_t K = LanesOf(d);
-  auto cost = [&](int64_t r, int64_t row_count, bool whole) {
+  auto cost = [&](int64_t r, int64_t queries, int64_t row_count, bool whole) {
     const int64_t c = K / r, col_tiles = whole ? row_count / c : (row_count + c - 1) / c;
-    return (tq + r - 1) / r * col_tiles * std::max(K, r + c);
+    const int64_t stores = 2 * r >= K ? c : c * r;
+    return (queries + r - 1) / r * col_tiles * (steps * std::max(K, r + c) + stores);
+  };
+  // The best R1, R2 plan of queries [q0, tq), and its cost.
+  auto plan_rest = [&](int64_t q0, SummedTiles* best) {
+    int64_t best_cost = -1;
+    for (int64_t r1 = 1; r1 <= K && r1 <= nt; r1 *= 2) {
+      const int64_t split = rows - rows % (K / r1);
+      for (int64_t r2 = 1; r2 <= K && r2 <= nt; r2 *= 2) {
+        const int64_t c =
+            cost(r1, tq - q0, split, true) + (split < rows ? cost(r2, tq - q0, rows - split, false) : 0);
+        if (best_cost < 0 || c < best_cost) best->r1 = r1, best->r2 = r2, best->split = split, best_cost = c;
+        if (split == rows) break;  // (no rest: r2 does not matter)
+      }
+    }
+    return best_cost;
   };
   SummedTiles best;
-  int64_t best_cost = -1;
-  for (int64_t r1 = 1; r1 <= K && r1 <= nt; r1 *= 2) {
-    const int64_t split = rows - rows % (K / r1);
-    for (int64_t r2 = 1; r2 <= K && r2 <= nt; r2 *= 2) {
-      const int64_t c = cost(r1, split, true) + (split < rows ? cost(r2, rows - split, false) : 0);
-      if (best_cost < 0 || c < best_cost) best = {r1, r2, split}, best_cost = c;
-      if (split == rows) break;  // (no rest: r2 does not matter)
-    }
+  const int64_t best_cost = plan_rest(0, &best);
+  const int64_t half = K / 2, q_split = tq / half * half;
+  if (half >= 1 && half <= nt && q_split > 0) {
+    SummedTiles halves;
+    halves.q_split = q_split;
+    const int64_t c = cost(half, q_split, rows, false) + (q_split < tq ? plan_rest(q_split, &halves) : 0);
+    if (c < best_cost) best = halves;
   }
   return best;
 }
 
 template <class D>
 HWY_INLINE void SummedScoresTiled(D d, int64_t r, const float* dyb, int64_t ldy, const float* const* erows,
-                                  const AttentionDims& m, int64_t h0, int64_t c_begin, int64_t c_end, float* st,
-                                  int64_t tqp) {
+                                  const AttentionDims& m, int64_t h0, int64_t q0, int64_t q1, int64_t c_begin,
+                                  int64_t c_end, float* st, int64_t tqp) {
   constexpr int K = static_cast<int>(hn::MaxLanes(D()));
-  if (c_end <= c_begin) return;
+  if (c_end <= c_begin || q1 <= q0) return;
   WithCount<16>(r, [&](auto rr) {
     constexpr int RR = decltype(rr)::value;
     if constexpr (RR <= K && K % RR == 0 && (RR & (RR - 1)) == 0)
-      SummedScoresT<RR, K / RR>(d, dyb, ldy, erows, m, h0, c_begin, c_end, st, tqp);
+      SummedScoresT<RR, K / RR>(d, dyb, ldy, erows, m, h0, q0, q1, c_begin, c_end, st, tqp);
   });
 }
 
@@ -487,9 +543,11 @@ HWY_NOINLINE void ShortBackward(DT dt, DH dhd, const float* q, const float* k, c
       const int64_t h_first = b == b_first ? h_first_of_range : 0;  // the range's first head of entry b
       if (h == h_first) {
         const int64_t h_end = std::min<int64_t>(m.heads, h_first + (p1 - p)), rows = (h_end - h_first) * m.tk;
-        if (rows != tiles_rows) tiles = PlanSummedTiles(dhd, m.tq, rows, N), tiles_rows = rows;
-        SummedScoresTiled(dhd, tiles.r1, dyp, ldy, erows, m, h_first, 0, tiles.split, summed_st, tqp);
-        SummedScoresTiled(dhd, tiles.r2, dyp, ldy, erows, m, h_first, tiles.split, rows, summed_st, tqp);
+        if (rows != tiles_rows) tiles = PlanSummedTiles(dhd, m.tq, rows, N, m.dvh / NH), tiles_rows = rows;
+        const int64_t qs = tiles.q_split;
+        SummedScoresTiled(dhd, NH / 2, dyp, ldy, erows, m, h_first, 0, qs, 0, rows, summed_st, tqp);
+        SummedScoresTiled(dhd, tiles.r1, dyp, ldy, erows, m, h_first, qs, m.tq, 0, tiles.split, summed_st, tqp);
+        SummedScoresTiled(dhd, tiles.r2, dyp, ldy, erows, m, h_first, qs, m.tq, tiles.split, rows, summed_st, tqp);
       }
       st = summed_st + (h - h_first) * m.tk * tqp;
     } else {
