@@ -271,6 +271,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options)
   consts_.resize(static_cast<int64_t>(graph.const_data().size()) * 4);
   if (!graph.const_data().empty())
     std::memcpy(consts_.data(), graph.const_data().data(), graph.const_data().size() * 4);
+  place_tensors();
   init_parameters(options.seed);
   plan_barriers();
   task_counters_.reset(new TaskCounter[(graph.nodes().size() + 1) * kNodeTaskCounters]);
@@ -388,25 +389,39 @@ void Executor::init_parameters(uint64_t seed) {
   }
 }
 
-void* Executor::ptr(TensorId id) const {
-  const TensorDesc& d = graph_.tensor(id);
-  // In a chunked run the results and batched inputs are whole: the chunk's rows start row0_ in.
-  auto chunk_row = [&] { return row0_ > 0 && d.batched ? row0_ * (d.bytes() / d.shape[0]) : 0; };
-  switch (d.storage) {
-    case Storage::kArena: {
-      const int64_t kept = plan_.kept_offsets[static_cast<size_t>(id)];
-      if (kept >= 0) return kept_.data() + kept + chunk_row();
-      const int64_t offset = plan_.offsets[static_cast<size_t>(id)];
-      if (offset < 0)  // no node of the (optimized) graph touches it
-        throw Error("executor: tensor " + graph_.describe(id) + " is not computed by this graph (nothing uses it)");
-      return arena_.data() + offset;
+void Executor::place_tensors() {
+  const size_t n = graph_.tensors().size();
+  places_.assign(n, Place{});
+  for (size_t t = 0; t < n; ++t) {
+    const TensorDesc& d = graph_.tensors()[t];
+    Place& at = places_[t];
+    // In a chunked run the results and batched inputs are whole: the chunk's rows start row0_ in.
+    const int64_t row_bytes = d.batched && d.shape[0] > 0 ? d.bytes() / d.shape[0] : 0;
+    switch (d.storage) {
+      case Storage::kArena: {
+        const int64_t kept = plan_.kept_offsets[t];
+        if (kept >= 0) {
+          at.base = kept_.data() + kept, at.row_bytes = row_bytes;
+        } else if (plan_.offsets[t] >= 0) {
+          at.base = arena_.data() + plan_.offsets[t];
+        } else {
+          at.computed = false;  // no node of the (optimized) graph touches it
+        }
+        break;
+      }
+      case Storage::kParam: at.base = params_.data() + d.offset * 4; break;
+      case Storage::kParamGrad: at.base = grads_.data() + d.offset * 4; break;
+      case Storage::kInput: at.base = inputs_.data() + input_offsets_[t], at.row_bytes = row_bytes; break;
+      case Storage::kConst: at.base = consts_.data() + d.offset; break;
     }
-    case Storage::kParam: return params_.f32() + d.offset;
-    case Storage::kParamGrad: return grads_.f32() + d.offset;
-    case Storage::kInput: return inputs_.data() + input_offsets_[static_cast<size_t>(id)] + chunk_row();
-    case Storage::kConst: return consts_.data() + d.offset;
   }
-  return nullptr;
+}
+
+void* Executor::ptr(TensorId id) const {
+  const Place& at = places_[static_cast<size_t>(id)];
+  if (!at.computed)
+    throw Error("executor: tensor " + graph_.describe(id) + " is not computed by this graph (nothing uses it)");
+  return at.base + row0_ * at.row_bytes;
 }
 
 float* Executor::f32(TensorId id) const { return static_cast<float*>(ptr(id)); }

@@ -150,6 +150,8 @@ class Executor final : public RunContext {
   void record_run(int threads, double seconds);
   void* ptr(TensorId id) const;
   void plan_barriers();
+  // Fills places_ (after the blocks are allocated; they never move).
+  void place_tensors();
 
   const Graph& graph_;
   MemoryPlan plan_;
@@ -161,6 +163,15 @@ class Executor final : public RunContext {
   uint64_t chunked_run_stamp_ = 0;  // while a run goes chunk by chunk: its constant_stamp
   AlignedBuffer arena_, params_, grads_, inputs_, consts_, kept_;
   std::vector<int64_t> input_offsets_;
+  // Where each tensor's data starts in its block, found once (ptr() is called for every operand
+  // of every node of every run): base, plus row0_·row_bytes in a chunked run (results and
+  // batched inputs are whole); computed false for a tensor no node of the graph touches.
+  struct Place {
+    uint8_t* base = nullptr;
+    int64_t row_bytes = 0;
+    bool computed = true;
+  };
+  std::vector<Place> places_;
   // barrier_before_[i]: threads must all finish the nodes before node i first (it reads or
   // writes memory they write, or writes memory they read). Index nodes().size() is the
   // optimizer update. Independent neighbours run without a barrier between them.
