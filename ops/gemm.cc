@@ -34,18 +34,7 @@ __attribute__((noinline, flatten)) void GemmSmallWhole(const gemm_detail::GemmAr
 // every small call.
 HWY_NOINLINE void GemmSmallProductRest(const gemm_detail::GemmArgs& g) {
 #if ATTNKIT_HAVE_SMALL_GEMM
-  if (UsePairsNT(g)) {
-    PairRowsNT(g, 0, g.m, 0, g.n, gemm_detail::ProductSpan{});
-    return;
-  }
-  if (UsePairsNN(g)) {
-    PairRowsNN(g, 0, g.m, 0, g.n, gemm_detail::ProductSpan{});
-    return;
-  }
-  if (UseQuadsNN(g)) {
-    QuadRowsNN(g, 0, g.m, 0, g.n, gemm_detail::ProductSpan{});
-    return;
-  }
+  if (ShapePathRows(g, 0, g.m, 0, g.n, gemm_detail::ProductSpan{})) return;
   if (TakesSmallPath(g, 0, g.m, 0, g.n)) {
     GemmSmallWhole(g);
     return;

@@ -100,6 +100,30 @@ inline void GemmBlockNotSmall(const GemmArgs& g, int64_t i0, int64_t i1, int64_t
 
 // Whether GemmBlock sends block [i0, i1) × [j0, j1) of g to the small path (AVX-512 only).
 #if ATTNKIT_HAVE_SMALL_GEMM
+// Block rows [i0, i1) of every product of span on the AVX-512 path that g's whole shape selects
+// before the small path — the pairs path (B transposed, or A·B of 9 or 10 columns) or the quads
+// path (A·B of 9 or 10 columns where 512-bit operations issue in halves) — and true; false,
+// doing nothing, for any other shape. (GemmBlock's and the per-call path's one chain.)
+HWY_INLINE bool ShapePathRows(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                              const ProductSpan& span) {
+  if (UsePairsNT(g)) {  // any block of such a product (see UsePairsNT)
+    PairRowsNT(g, i0, i1, j0, j1, span);
+    return true;
+  }
+  if (UsePairsNN(g)) {  // any row block; never a column block (block_of_slice splits columns
+    // in steps of 16, so a product of at most 10 is never split)
+    HWY_DASSERT(j0 == 0 && j1 == g.n);
+    PairRowsNN(g, i0, i1, j0, j1, span);
+    return true;
+  }
+  if (UseQuadsNN(g)) {  // as UsePairsNN's, for cores that split 512-bit operations
+    HWY_DASSERT(j0 == 0 && j1 == g.n);
+    QuadRowsNN(g, i0, i1, j0, j1, span);
+    return true;
+  }
+  return false;
+}
+
 inline bool TakesSmallPath(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   return !gemm_detail::use_packed_path(g.m, g.n, g.k, g.trans_b) && !gemm_detail::use_short_k_path(g.m, g.n, g.k) &&
          UseSmallPath(g, i0, i1, j0, j1);
@@ -113,21 +137,7 @@ inline void GemmBlock(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int
                       const ProductSpan& span = ProductSpan{}) {
   if (i0 >= i1 || j0 >= j1) return;
 #if ATTNKIT_HAVE_SMALL_GEMM
-  if (UsePairsNT(g)) {  // any block of such a product (see UsePairsNT)
-    PairRowsNT(g, i0, i1, j0, j1, span);
-    return;
-  }
-  if (UsePairsNN(g)) {  // any row block; never a column block (block_of_slice splits columns
-    // in steps of 16, so a product of at most 10 is never split)
-    HWY_DASSERT(j0 == 0 && j1 == g.n);
-    PairRowsNN(g, i0, i1, j0, j1, span);
-    return;
-  }
-  if (UseQuadsNN(g)) {  // as UsePairsNN's, for cores that split 512-bit operations
-    HWY_DASSERT(j0 == 0 && j1 == g.n);
-    QuadRowsNN(g, i0, i1, j0, j1, span);
-    return;
-  }
+  if (ShapePathRows(g, i0, i1, j0, j1, span)) return;
   if (TakesSmallPath(g, i0, i1, j0, j1)) {
     GemmSmall(g, i0, i1, j0, j1, span);  // (takes an epilogue only where it fuses it)
     return;
