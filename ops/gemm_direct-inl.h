@@ -231,34 +231,27 @@ ATTNKIT_DIRECT_TILE_INLINE void DirectTileN(D d, const GemmArgs& g, const float*
     for (int v = 0; v < NV; ++v) bb[v] = hn::LoadU(d, bias + v * lanes);
   }
   const int64_t ldc = g.ldc;
-  if constexpr (kEpilogue) {
-    if (g.mask != nullptr && !g.relu && g.addend == nullptr) {
-      // A ReLU's backward mask alone (a Linear–ReLU's dx, k = 10: 240 FMAs a tile): the same
-      // operations as EpilogueWith's, without its per-vector tests of g and row addresses.
+  if (combine == Combine::kOverwrite) {  // C is not read; the epilogue's kind a constant per loop
+    WithEpilogueKind<kEpilogue>(g, [&](auto kind_tag) HWY_ATTR __attribute__((always_inline)) {
+      constexpr EpilogueKind kKind = decltype(kind_tag)::value;
+      // A ReLU backward's mask (a Linear–ReLU's dx, k = 10: 240 FMAs a tile) read through a
+      // restrict pointer found once: its loads need not wait behind the stores of C.
       const int64_t ldm = g.ldm;
-      const float* HWY_RESTRICT mask = g.mask + i * ldm + j;
+      const float* HWY_RESTRICT mask = kKind == EpilogueKind::kMask ? g.mask + i * ldm + j : nullptr;
 #pragma GCC unroll 12
       for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) {
-          const V x = DirectCombine<kBias, kAlphaOne>(d, acc[r * NV + v], va, vb, hn::Zero(d), Combine::kOverwrite, bb[v]);
-          const auto keep = hn::Gt(hn::LoadU(d, mask + r * ldm + v * lanes), hn::Zero(d));
-          hn::StoreU(hn::IfThenElseZero(keep, x), d, c + r * ldc + v * lanes);
+          V x = DirectCombine<kBias, kAlphaOne>(d, acc[r * NV + v], va, vb, hn::Zero(d), Combine::kOverwrite, bb[v]);
+          if constexpr (kKind == EpilogueKind::kMask) {  // EpilogueOf's operations, the same bits
+            x = hn::IfThenElseZero(hn::Gt(hn::LoadU(d, mask + r * ldm + v * lanes), hn::Zero(d)), x);
+          } else {
+            x = EpilogueOf<kKind, false>(d, g, x, hn::FirstN(d, 0), i + r, j + v * lanes);
+          }
+          hn::StoreU(x, d, c + r * ldc + v * lanes);
         }
       }
-      return;
-    }
-  }
-  if (combine == Combine::kOverwrite) {  // C is not read
-#pragma GCC unroll 12
-    for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        V x = DirectCombine<kBias, kAlphaOne>(d, acc[r * NV + v], va, vb, hn::Zero(d), Combine::kOverwrite, bb[v]);
-        if constexpr (kEpilogue) x = EpilogueLanes<false>(d, g, x, hn::FirstN(d, 0), i + r, j + v * lanes);
-        hn::StoreU(x, d, c + r * ldc + v * lanes);
-      }
-    }
+    });
     return;
   }
   if constexpr (kEpilogue) return;  // (kEpilogue: C is always overwritten, above)

@@ -81,12 +81,21 @@ HWY_INLINE void WithCombine(Combine combine, const F& f) {
   }
 }
 
+// f(combine_tag, kind_tag): a tile's stores with their combine (WithCombine) and, with
+// kEpilogue, their epilogue's kind (WithEpilogueKind) constants: one loop per pair.
+template <bool kEpilogue, class F>
+HWY_INLINE void WithStores(Combine combine, const GemmArgs& g, const F& f) {
+  WithCombine(combine, [&](auto combine_tag) HWY_ATTR __attribute__((always_inline)) {
+    WithEpilogueKind<kEpilogue>(g, [&](auto kind_tag) HWY_ATTR __attribute__((always_inline)) { f(combine_tag, kind_tag); });
+  });
+}
+
 // p[lanes of m] = alpha·acc combined with C as CombineVec does (the direct path's write-back,
-// lane for lane), with kBias + bias as CombineBias rounds it, with kEpilogue g's epilogue for
-// row i and columns from j (EpilogueLanes); every lane when !kMasked. The vectors come by
+// lane for lane), with kBias + bias as CombineBias rounds it, with g's epilogue of kind kKind for
+// row i and columns from j (EpilogueOf); every lane when !kMasked. The vectors come by
 // value: an accumulator array whose address a store helper took would be spilled to the stack
 // on every k step.
-template <bool kMasked, bool kBias, bool kEpilogue, class D>
+template <bool kMasked, bool kBias, EpilogueKind kKind, class D>
 HWY_INLINE void SmallStoreVec(D d, hn::Vec<D> acc, hn::Vec<D> va, hn::Vec<D> vb, Combine combine,
                               hn::Mask<D> m, hn::Vec<D> bias, const GemmArgs& g, int64_t i, int64_t j,
                               float* HWY_RESTRICT p) {
@@ -100,7 +109,7 @@ HWY_INLINE void SmallStoreVec(D d, hn::Vec<D> acc, hn::Vec<D> va, hn::Vec<D> vb,
     v = combine == Combine::kAdd ? hn::MulAdd(acc, va, old) : hn::MulAdd(acc, va, hn::Mul(vb, old));
     if constexpr (kBias) v = hn::Add(v, bias);
   }
-  if constexpr (kEpilogue) v = EpilogueLanes<kMasked>(d, g, v, m, i, j);
+  v = EpilogueOf<kKind, kMasked>(d, g, v, m, i, j);
   if constexpr (kMasked) {
     hn::BlendedStore(v, m, d, p);
   } else {
@@ -325,25 +334,29 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, const Operands& o, int64_t i
       bias3 = LoadLast<kFull>(d, mlast, g.bias + j + 3 * lanes);
     }
   }
+  // The epilogue's kind a constant of the store loop (the combine stays a per-vector choice here).
+  WithEpilogueKind<kEpilogue>(g, [&](auto kind_tag) HWY_ATTR __attribute__((always_inline)) {
+    constexpr EpilogueKind kKind = decltype(kind_tag)::value;
 #pragma GCC unroll 12
-  for (int r = 0; r < R; ++r) {
-    if constexpr (NV == 1) {
-      SmallStoreVec<!kFull, kBias, kEpilogue>(d, acc0[r], va, vb, combine, mlast, bias0, g, i + r, j, c + r * ldc);
-    } else if constexpr (NV == 2) {
-      SmallStoreVec<false, kBias, kEpilogue>(d, acc0[r], va, vb, combine, mlast, bias0, g, i + r, j, c + r * ldc);
-      SmallStoreVec<!kFull, kBias, kEpilogue>(d, acc1[r], va, vb, combine, mlast, bias1, g, i + r, j + lanes,
-                                              c + r * ldc + lanes);
-    } else {
-      float* cr = c + r * ldc;
-      SmallStoreVec<false, kBias, kEpilogue>(d, acc0[r], va, vb, combine, mlast, bias0, g, i + r, j, cr);
-      SmallStoreVec<false, kBias, kEpilogue>(d, acc1[r], va, vb, combine, mlast, bias1, g, i + r, j + lanes,
-                                             cr + lanes);
-      SmallStoreVec<false, kBias, kEpilogue>(d, acc2[r], va, vb, combine, mlast, bias2, g, i + r, j + 2 * lanes,
-                                             cr + 2 * lanes);
-      SmallStoreVec<!kFull, kBias, kEpilogue>(d, acc3[r], va, vb, combine, mlast, bias3, g, i + r,
-                                              j + 3 * lanes, cr + 3 * lanes);
+    for (int r = 0; r < R; ++r) {
+      if constexpr (NV == 1) {
+        SmallStoreVec<!kFull, kBias, kKind>(d, acc0[r], va, vb, combine, mlast, bias0, g, i + r, j, c + r * ldc);
+      } else if constexpr (NV == 2) {
+        SmallStoreVec<false, kBias, kKind>(d, acc0[r], va, vb, combine, mlast, bias0, g, i + r, j, c + r * ldc);
+        SmallStoreVec<!kFull, kBias, kKind>(d, acc1[r], va, vb, combine, mlast, bias1, g, i + r, j + lanes,
+                                            c + r * ldc + lanes);
+      } else {
+        float* cr = c + r * ldc;
+        SmallStoreVec<false, kBias, kKind>(d, acc0[r], va, vb, combine, mlast, bias0, g, i + r, j, cr);
+        SmallStoreVec<false, kBias, kKind>(d, acc1[r], va, vb, combine, mlast, bias1, g, i + r, j + lanes,
+                                           cr + lanes);
+        SmallStoreVec<false, kBias, kKind>(d, acc2[r], va, vb, combine, mlast, bias2, g, i + r, j + 2 * lanes,
+                                           cr + 2 * lanes);
+        SmallStoreVec<!kFull, kBias, kKind>(d, acc3[r], va, vb, combine, mlast, bias3, g, i + r,
+                                            j + 3 * lanes, cr + 3 * lanes);
+      }
     }
-  }
+  });
 }
 
 // Rows [i0, i1) in tiles of at most kMax rows, as even as possible (which tile a row falls in
@@ -436,8 +449,8 @@ HWY_INLINE void SmallTileNT(D d, const GemmArgs& g, const ProductSpan& span, int
     WithCombine(combine, [&](auto combine_tag) HWY_ATTR __attribute__((always_inline)) {
 #pragma GCC unroll 12
       for (int r = 0; r < R; ++r)
-        SmallStoreVec<true, false, false>(d, acc[r], va, vb, decltype(combine_tag)::value, mcols, hn::Zero(d), g,
-                                          i + r, j, c + r * ldc);
+        SmallStoreVec<true, false, EpilogueKind::kNone>(d, acc[r], va, vb, decltype(combine_tag)::value, mcols, hn::Zero(d), g,
+                                                        i + r, j, c + r * ldc);
     });
   };
   ForEachProduct(span, a0, b0, c0, product);
@@ -564,21 +577,22 @@ HWY_INLINE void PairTileNT(const GemmArgs& g, const ProductSpan& span, int64_t i
     }
     // Even + odd lanes of two rows at once: lanes 0..7 row r, 8..15 row r + 1. One loop per
     // combine, each with its combine a constant (no branches between the stores).
-    const auto store_rows = [&](auto combine_tag) HWY_ATTR __attribute__((always_inline)) {
+    const auto store_rows = [&](auto combine_tag, auto kind_tag) HWY_ATTR __attribute__((always_inline)) {
       constexpr Combine kCombine = decltype(combine_tag)::value;
+      constexpr EpilogueKind kKind = decltype(kind_tag)::value;
 #pragma GCC unroll 12
       for (int r = 0; r < R; r += 2) {
         const V second = r + 1 < R ? acc[r + 1] : acc[r];
         const V sum = hn::Add(V{_mm512_permutex2var_ps(acc[r].raw, evens, second.raw)},
                               V{_mm512_permutex2var_ps(acc[r].raw, odds, second.raw)});
-        SmallStoreVec<true, kBias, kEpilogue>(d8, hn::LowerHalf(d8, sum), va, vb, kCombine, mcols, bias, g, i + r, j,
-                                              c + r * ldc);
+        SmallStoreVec<true, kBias, kKind>(d8, hn::LowerHalf(d8, sum), va, vb, kCombine, mcols, bias, g, i + r, j,
+                                          c + r * ldc);
         if (r + 1 < R)
-          SmallStoreVec<true, kBias, kEpilogue>(d8, hn::UpperHalf(d8, sum), va, vb, kCombine, mcols, bias, g, i + r + 1,
-                                                j, c + (r + 1) * ldc);
+          SmallStoreVec<true, kBias, kKind>(d8, hn::UpperHalf(d8, sum), va, vb, kCombine, mcols, bias, g, i + r + 1,
+                                            j, c + (r + 1) * ldc);
       }
     };
-    WithCombine(combine, store_rows);
+    WithStores<kEpilogue>(combine, g, store_rows);
   };
   ForEachProduct(span, a0, b0, c0, product);
 }
@@ -781,17 +795,18 @@ HWY_INLINE void PairTileNN(const GemmArgs& g, const ProductSpan& span, int64_t i
     // z[w] lane 2(r % 8) + c - 8: row 8w + r % 8, column c.
 #pragma GCC unroll 2
     for (int w = 0; w < kZ; ++w) z[w] = halve(y[2 * w], 2 * w + 1 < kY ? y[2 * w + 1] : hn::Zero(d));
-    const auto store_rows = [&](auto combine_tag) HWY_ATTR __attribute__((always_inline)) {
+    const auto store_rows = [&](auto combine_tag, auto kind_tag) HWY_ATTR __attribute__((always_inline)) {
       constexpr Combine kCombine = decltype(combine_tag)::value;
+      constexpr EpilogueKind kKind = decltype(kind_tag)::value;
 #pragma GCC unroll 10
       for (int r = 0; r < R; ++r) {
         const int h = (r & 1) * 8, t = 16 + 2 * (r & 7);
         const __m512i pick = _mm512_setr_epi32(h, h + 1, h + 2, h + 3, h + 4, h + 5, h + 6, h + 7, t, t + 1, 0, 0, 0, 0, 0, 0);
         const V row{_mm512_permutex2var_ps(s[r / 2].raw, pick, z[r / 8].raw)};
-        SmallStoreVec<true, kBias, kEpilogue>(d, row, va, vb, kCombine, mcols, bias, g, i + r, j, c + r * ldc);
+        SmallStoreVec<true, kBias, kKind>(d, row, va, vb, kCombine, mcols, bias, g, i + r, j, c + r * ldc);
       }
     };
-    WithCombine(combine, store_rows);
+    WithStores<kEpilogue>(combine, g, store_rows);
   };
   ForEachProduct(span, a0, b0, c0, product);
 }
@@ -939,20 +954,21 @@ HWY_INLINE void QuadTileNN(const GemmArgs& g, const ProductSpan& span, int64_t i
     }
     // Each row in two plain stores: columns 0..7 (8 lanes) and 8..9 (2 lanes, 1 without kTwo).
     // One masked 512-bit store a row instead cost Zen 4 more than the row's FMAs at k = 16.
-    const auto store_rows = [&](auto combine_tag) HWY_ATTR __attribute__((always_inline)) {
+    const auto store_rows = [&](auto combine_tag, auto kind_tag) HWY_ATTR __attribute__((always_inline)) {
       constexpr Combine kCombine = decltype(combine_tag)::value;
+      constexpr EpilogueKind kKind = decltype(kind_tag)::value;
 #pragma GCC unroll 12
       for (int r = 0; r < R; ++r) {
         const int s = r & 3;
         const __m256i pick = _mm256_setr_epi32(s, s + 4, 0, 0, 0, 0, 0, 0);
         const __m128 tail = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(sums[r / 4], pick));
         float* HWY_RESTRICT cr = c + r * ldc;
-        SmallStoreVec<false, kBias, kEpilogue>(d8, V8{acc[r]}, va8, vb8, kCombine, hn::FirstN(d8, 8), bias8, g, i + r, j, cr);
-        SmallStoreVec<false, kBias, kEpilogue>(dt, VT{tail}, vat, vbt, kCombine, hn::FirstN(dt, 2), biast, g, i + r,
-                                               j + 8, cr + 8);
+        SmallStoreVec<false, kBias, kKind>(d8, V8{acc[r]}, va8, vb8, kCombine, hn::FirstN(d8, 8), bias8, g, i + r, j, cr);
+        SmallStoreVec<false, kBias, kKind>(dt, VT{tail}, vat, vbt, kCombine, hn::FirstN(dt, 2), biast, g, i + r,
+                                           j + 8, cr + 8);
       }
     };
-    WithCombine(combine, store_rows);
+    WithStores<kEpilogue>(combine, g, store_rows);
   };
   ForEachProduct(span, a0, b0, c0, product);
 }

@@ -289,6 +289,60 @@ HWY_INLINE hn::Vec<D> EpilogueLanes(D d, const GemmArgs& g, hn::Vec<D> v, hn::Ma
   });
 }
 
+// What g's epilogue does, resolved once per tile (its stores dispatched on it as on their
+// combine, WithEpilogueKind) instead of tested for every stored vector: nothing, a ReLU alone,
+// a ReLU backward's mask alone, or any other combination (EpilogueWith's tests).
+enum class EpilogueKind { kNone, kRelu, kMask, kAny };
+
+HWY_INLINE EpilogueKind EpilogueKindOf(const GemmArgs& g) {
+  if (!g.has_epilogue()) return EpilogueKind::kNone;
+  if (g.mask == nullptr && g.addend == nullptr) return EpilogueKind::kRelu;  // (relu_last is moot alone)
+  if (!g.relu && g.addend == nullptr) return EpilogueKind::kMask;
+  return EpilogueKind::kAny;
+}
+
+// f(std::integral_constant<EpilogueKind, kind>()) for g's kind: kNone without kEpilogue (a tile
+// instantiated for products without an epilogue), else kRelu, kMask or kAny.
+template <bool kEpilogue, class F>
+HWY_INLINE void WithEpilogueKind(const GemmArgs& g, const F& f) {
+  using K = EpilogueKind;
+  if constexpr (!kEpilogue) {
+    (void)g;
+    f(std::integral_constant<K, K::kNone>());
+  } else {
+    switch (EpilogueKindOf(g)) {  // (kNone, which a kEpilogue tile never gets, as kAny: the same result)
+      case K::kRelu: f(std::integral_constant<K, K::kRelu>()); return;
+      case K::kMask: f(std::integral_constant<K, K::kMask>()); return;
+      default: f(std::integral_constant<K, K::kAny>()); return;
+    }
+  }
+}
+
+// EpilogueLanes for an epilogue of kind kKind (EpilogueKindOf(g)): the same operations, the
+// same bits, without the tests of the kinds it is not.
+template <EpilogueKind kKind, bool kMasked, class D>
+HWY_INLINE hn::Vec<D> EpilogueOf(D d, const GemmArgs& g, hn::Vec<D> v, hn::Mask<D> m, int64_t i, int64_t j) {
+  if constexpr (kKind == EpilogueKind::kNone) {
+    (void)g, (void)m, (void)i, (void)j;
+    return v;
+  } else if constexpr (kKind == EpilogueKind::kRelu) {
+    (void)g, (void)m, (void)i, (void)j;
+    return hn::Max(v, hn::Zero(d));
+  } else if constexpr (kKind == EpilogueKind::kMask) {
+    const float* p = g.mask + i * g.ldm + j;
+    hn::Vec<D> keep;
+    if constexpr (kMasked) {
+      keep = hn::MaskedLoad(m, d, p);
+    } else {
+      (void)m;
+      keep = hn::LoadU(d, p);
+    }
+    return hn::IfThenElseZero(hn::Gt(keep, hn::Zero(d)), v);
+  } else {
+    return EpilogueLanes<kMasked>(d, g, v, m, i, j);
+  }
+}
+
 // The epilogue over C[i0..i1, j0..j1), after the final store of those elements (the packed
 // path applies it per tile as it stores, see StoreTileEpilogue; the other paths per block).
 HWY_INLINE void Epilogue(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
