@@ -98,7 +98,6 @@ inline void GemmBlockNotSmall(const GemmArgs& g, int64_t i0, int64_t i1, int64_t
   if (g.has_epilogue() && !fused) Epilogue(g, i0, i1, j0, j1);  // the block is this call's, done
 }
 
-// Whether GemmBlock sends block [i0, i1) × [j0, j1) of g to the small path (AVX-512 only).
 #if ATTNKIT_HAVE_SMALL_GEMM
 // Block rows [i0, i1) of every product of span on the AVX-512 path that g's whole shape selects
 // before the small path — the pairs path (B transposed, or A·B of 9 or 10 columns) or the quads
@@ -124,6 +123,7 @@ HWY_INLINE bool ShapePathRows(const GemmArgs& g, int64_t i0, int64_t i1, int64_t
   return false;
 }
 
+// Whether GemmBlock sends block [i0, i1) × [j0, j1) of g to the small path (AVX-512 only).
 inline bool TakesSmallPath(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   return !gemm_detail::use_packed_path(g.m, g.n, g.k, g.trans_b) && !gemm_detail::use_short_k_path(g.m, g.n, g.k) &&
          UseSmallPath(g, i0, i1, j0, j1);
