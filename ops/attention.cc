@@ -403,30 +403,32 @@ HWY_INLINE void DotTileT(D d, const float* const* HWY_RESTRICT ar, const float* 
 // one dy): st[(h − h0)·tk + j][i] = dy_i · v_hj over the dvh value columns, here for the
 // queries [q0, q1) (query lanes up to the next multiple of R past q1 get query q1 − 1's values;
 // tqp, a multiple of R, is st's row stride) and the key rows [c_begin, c_end) of the heads'
-// (h − h0)·tk + j. Dot products along the value columns: the rows of dy and of V are read as
-// they are, no transposes; tiles of R queries × C key rows, R·C lanes.
+// (h − h0)·tk + j, whose values are at vrow[(h − h0)·tk + j] (SummedKeyRows). Dot products
+// along the value columns: the rows of dy and of V are read as they are, no transposes; tiles
+// of R queries × C key rows, R·C lanes.
 template <int R, int C, class D>
-HWY_NOINLINE void SummedScoresT(D d, const float* dyb, int64_t ldy, const float* const* erows, const AttentionDims& m,
-                              int64_t h0, int64_t q0, int64_t q1, int64_t c_begin, int64_t c_end, float* st,
-                              int64_t tqp) {
-  // Key row kr's values (head h0 + kr / tk, row kr % tk), found once per call: a division per
-  // row and tile was ~30% of this function's time (neighbor-sum, 16 lanes).
-  const float* vrow[kMaxSummedRows];
-  {
-    int64_t h = h0 + c_begin / m.tk, j = c_begin % m.tk;
-    for (int64_t kr = c_begin; kr < c_end; ++kr) {
-      vrow[kr - c_begin] = erows[j] + h * m.dvh;
-      if (++j == m.tk) j = 0, ++h;
-    }
-  }
+HWY_NOINLINE void SummedScoresT(D d, const float* dyb, int64_t ldy, const float* const* vrow, int64_t len,
+                                int64_t q0, int64_t q1, int64_t c_begin, int64_t c_end, float* st, int64_t tqp) {
   for (int64_t i0 = q0; i0 < q1; i0 += R) {
     const float* ar[R];
     for (int r = 0; r < R; ++r) ar[r] = dyb + std::min<int64_t>(i0 + r, q1 - 1) * ldy;
     for (int64_t c0 = c_begin; c0 < c_end; c0 += C) {
       const float* br[C];
-      for (int c = 0; c < C; ++c) br[c] = vrow[std::min<int64_t>(c0 + c, c_end - 1) - c_begin];
-      DotTileT<R, C>(d, ar, br, m.dvh, st + c0 * tqp + i0, tqp, c_end - c0);
+      for (int c = 0; c < C; ++c) br[c] = vrow[std::min<int64_t>(c0 + c, c_end - 1)];
+      DotTileT<R, C>(d, ar, br, len, st + c0 * tqp + i0, tqp, c_end - c0);
     }
+  }
+}
+
+// The values of key row kr = (h − h0)·tk + j of SummedScoresT, for kr < rows: head h's columns
+// of the entry's value row j (erows[j]). Found once per entry and used by its three calls: a
+// division per row and tile was ~30% of SummedScoresT's time (neighbor-sum, 16 lanes).
+HWY_INLINE void SummedKeyRows(const float* const* erows, const AttentionDims& m, int64_t h0, int64_t rows,
+                              const float** vrow) {
+  int64_t h = h0, j = 0;
+  for (int64_t kr = 0; kr < rows; ++kr) {
+    vrow[kr] = erows[j] + h * m.dvh;
+    if (++j == m.tk) j = 0, ++h;
   }
 }
 
@@ -477,15 +479,15 @@ HWY_INLINE SummedTiles PlanSummedTiles(D d, int64_t tq, int64_t rows, int64_t nt
 }
 
 template <class D>
-HWY_INLINE void SummedScoresTiled(D d, int64_t r, const float* dyb, int64_t ldy, const float* const* erows,
-                                  const AttentionDims& m, int64_t h0, int64_t q0, int64_t q1, int64_t c_begin,
-                                  int64_t c_end, float* st, int64_t tqp) {
+HWY_INLINE void SummedScoresTiled(D d, int64_t r, const float* dyb, int64_t ldy, const float* const* vrow,
+                                  int64_t len, int64_t q0, int64_t q1, int64_t c_begin, int64_t c_end, float* st,
+                                  int64_t tqp) {
   constexpr int K = static_cast<int>(hn::MaxLanes(D()));
   if (c_end <= c_begin || q1 <= q0) return;
   WithCount<16>(r, [&](auto rr) {
     constexpr int RR = decltype(rr)::value;
     if constexpr (RR <= K && K % RR == 0 && (RR & (RR - 1)) == 0)
-      SummedScoresT<RR, K / RR>(d, dyb, ldy, erows, m, h0, q0, q1, c_begin, c_end, st, tqp);
+      SummedScoresT<RR, K / RR>(d, dyb, ldy, vrow, len, q0, q1, c_begin, c_end, st, tqp);
   });
 }
 
@@ -544,10 +546,12 @@ HWY_NOINLINE void ShortBackward(DT dt, DH dhd, const float* q, const float* k, c
       if (h == h_first) {
         const int64_t h_end = std::min<int64_t>(m.heads, h_first + (p1 - p)), rows = (h_end - h_first) * m.tk;
         if (rows != tiles_rows) tiles = PlanSummedTiles(dhd, m.tq, rows, N, m.dvh / NH), tiles_rows = rows;
-        const int64_t qs = tiles.q_split;
-        SummedScoresTiled(dhd, NH / 2, dyp, ldy, erows, m, h_first, 0, qs, 0, rows, summed_st, tqp);
-        SummedScoresTiled(dhd, tiles.r1, dyp, ldy, erows, m, h_first, qs, m.tq, 0, tiles.split, summed_st, tqp);
-        SummedScoresTiled(dhd, tiles.r2, dyp, ldy, erows, m, h_first, qs, m.tq, tiles.split, rows, summed_st, tqp);
+        const float* vrow[kMaxSummedRows];
+        SummedKeyRows(erows, m, h_first, rows, vrow);
+        const int64_t qs = tiles.q_split, len = m.dvh;
+        SummedScoresTiled(dhd, NH / 2, dyp, ldy, vrow, len, 0, qs, 0, rows, summed_st, tqp);
+        SummedScoresTiled(dhd, tiles.r1, dyp, ldy, vrow, len, qs, m.tq, 0, tiles.split, summed_st, tqp);
+        SummedScoresTiled(dhd, tiles.r2, dyp, ldy, vrow, len, qs, m.tq, tiles.split, rows, summed_st, tqp);
       }
       st = summed_st + (h - h_first) * m.tk * tqp;
     } else {

@@ -232,7 +232,7 @@ ATTNKIT_DIRECT_TILE_INLINE void DirectTileN(D d, const GemmArgs& g, const float*
   }
   const int64_t ldc = g.ldc;
   if (combine == Combine::kOverwrite) {  // C is not read; the epilogue's kind a constant per loop
-    WithEpilogueKind<kEpilogue>(g, [&](auto kind_tag) HWY_ATTR __attribute__((always_inline)) {
+    WithEpilogueKind<kEpilogue>(g, [&](auto kind_tag) ATTNKIT_INLINE_LAMBDA {
       constexpr EpilogueKind kKind = decltype(kind_tag)::value;
       // A ReLU backward's mask (a Linear–ReLU's dx, k = 10: 240 FMAs a tile) read through a
       // restrict pointer found once: its loads need not wait behind the stores of C.
@@ -243,8 +243,8 @@ ATTNKIT_DIRECT_TILE_INLINE void DirectTileN(D d, const GemmArgs& g, const float*
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) {
           V x = DirectCombine<kBias, kAlphaOne>(d, acc[r * NV + v], va, vb, hn::Zero(d), Combine::kOverwrite, bb[v]);
-          if constexpr (kKind == EpilogueKind::kMask) {  // EpilogueOf's operations, the same bits
-            x = hn::IfThenElseZero(hn::Gt(hn::LoadU(d, mask + r * ldm + v * lanes), hn::Zero(d)), x);
+          if constexpr (kKind == EpilogueKind::kMask) {  // as EpilogueOf's, through the hoisted pointer
+            x = KeepWherePositive(d, hn::LoadU(d, mask + r * ldm + v * lanes), x);
           } else {
             x = EpilogueOf<kKind, false>(d, g, x, hn::FirstN(d, 0), i + r, j + v * lanes);
           }

@@ -85,8 +85,8 @@ HWY_INLINE void WithCombine(Combine combine, const F& f) {
 // kEpilogue, their epilogue's kind (WithEpilogueKind) constants: one loop per pair.
 template <bool kEpilogue, class F>
 HWY_INLINE void WithStores(Combine combine, const GemmArgs& g, const F& f) {
-  WithCombine(combine, [&](auto combine_tag) HWY_ATTR __attribute__((always_inline)) {
-    WithEpilogueKind<kEpilogue>(g, [&](auto kind_tag) HWY_ATTR __attribute__((always_inline)) { f(combine_tag, kind_tag); });
+  WithCombine(combine, [&](auto combine_tag) ATTNKIT_INLINE_LAMBDA {
+    WithEpilogueKind<kEpilogue>(g, [&](auto kind_tag) ATTNKIT_INLINE_LAMBDA { f(combine_tag, kind_tag); });
   });
 }
 
@@ -335,7 +335,7 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, const Operands& o, int64_t i
     }
   }
   // The epilogue's kind a constant of the store loop (the combine stays a per-vector choice here).
-  WithEpilogueKind<kEpilogue>(g, [&](auto kind_tag) HWY_ATTR __attribute__((always_inline)) {
+  WithEpilogueKind<kEpilogue>(g, [&](auto kind_tag) ATTNKIT_INLINE_LAMBDA {
     constexpr EpilogueKind kKind = decltype(kind_tag)::value;
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
@@ -407,7 +407,8 @@ HWY_INLINE void SmallTileNT(D d, const GemmArgs& g, const ProductSpan& span, int
   const float* const a0 = g.a + (kTransA ? i : i * lda);
   const float* const b0 = g.b + j * ldb;
   float* const c0 = g.c + i * ldc + j;
-  const auto product = [&](const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, float* HWY_RESTRICT c) HWY_ATTR __attribute__((always_inline)) {
+  const auto product = [&](const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
+                           float* HWY_RESTRICT c) ATTNKIT_INLINE_LAMBDA {
     V acc[R];
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) acc[r] = hn::Zero(d);
@@ -446,11 +447,11 @@ HWY_INLINE void SmallTileNT(D d, const GemmArgs& g, const ProductSpan& span, int
       }
     }
     // One loop per combine, each with its combine a constant (no branches between the stores).
-    WithCombine(combine, [&](auto combine_tag) HWY_ATTR __attribute__((always_inline)) {
+    WithCombine(combine, [&](auto combine_tag) ATTNKIT_INLINE_LAMBDA {
 #pragma GCC unroll 12
       for (int r = 0; r < R; ++r)
-        SmallStoreVec<true, false, EpilogueKind::kNone>(d, acc[r], va, vb, decltype(combine_tag)::value, mcols, hn::Zero(d), g,
-                                                        i + r, j, c + r * ldc);
+        SmallStoreVec<true, false, EpilogueKind::kNone>(d, acc[r], va, vb, decltype(combine_tag)::value, mcols,
+                                                        hn::Zero(d), g, i + r, j, c + r * ldc);
     });
   };
   ForEachProduct(span, a0, b0, c0, product);
@@ -523,12 +524,13 @@ HWY_INLINE void PairTileNT(const GemmArgs& g, const ProductSpan& span, int64_t i
   const float* const a0 = g.a + i * lda;
   const float* const b0 = g.b + j * ldb;
   float* const c0 = g.c + i * ldc + j;
-  const auto product = [&](const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, float* HWY_RESTRICT c) HWY_ATTR __attribute__((always_inline)) {
+  const auto product = [&](const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
+                           float* HWY_RESTRICT c) ATTNKIT_INLINE_LAMBDA {
     V acc[R];
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) acc[r] = hn::Zero(d);
     // 16 k-steps of B's 8 rows: kc of them loaded (the rest zero), transposed into pairs.
-    const auto load_pairs = [&](int64_t k0, int64_t kc, auto whole_tag, VD (&bt)[8]) HWY_ATTR __attribute__((always_inline)) {
+    const auto load_pairs = [&](int64_t k0, int64_t kc, auto whole_tag, VD (&bt)[8]) ATTNKIT_INLINE_LAMBDA {
       VD in[8];
       if constexpr (decltype(whole_tag)::value) {
 #pragma GCC unroll 8
@@ -541,7 +543,7 @@ HWY_INLINE void PairTileNT(const GemmArgs& g, const ProductSpan& span, int64_t i
       TransposePairs8x8(in, bt);
     };
     // Pair p of the chunk at k0: one FMA per row.
-    const auto fma_pair = [&](int64_t k0, int p, const VD (&bt)[8]) HWY_ATTR __attribute__((always_inline)) {
+    const auto fma_pair = [&](int64_t k0, int p, const VD (&bt)[8]) ATTNKIT_INLINE_LAMBDA {
       const V bp = hn::BitCast(d, bt[p]);
 #pragma GCC unroll 12
       for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(PairOfA(a + r * lda + k0 + 2 * p), bp, acc[r]);
@@ -577,7 +579,7 @@ HWY_INLINE void PairTileNT(const GemmArgs& g, const ProductSpan& span, int64_t i
     }
     // Even + odd lanes of two rows at once: lanes 0..7 row r, 8..15 row r + 1. One loop per
     // combine, each with its combine a constant (no branches between the stores).
-    const auto store_rows = [&](auto combine_tag, auto kind_tag) HWY_ATTR __attribute__((always_inline)) {
+    const auto store_rows = [&](auto combine_tag, auto kind_tag) ATTNKIT_INLINE_LAMBDA {
       constexpr Combine kCombine = decltype(combine_tag)::value;
       constexpr EpilogueKind kKind = decltype(kind_tag)::value;
 #pragma GCC unroll 12
@@ -714,10 +716,11 @@ HWY_INLINE void PairTileNN(const GemmArgs& g, const ProductSpan& span, int64_t i
   const float* const b0 = g.b + j;
   float* const c0 = g.c + i * ldc + j;
   // Two vectors' neighbouring lanes added: lanes 0..7 from x's 16, 8..15 from y's.
-  const auto halve = [&](V x, V y) HWY_ATTR __attribute__((always_inline)) {
+  const auto halve = [&](V x, V y) ATTNKIT_INLINE_LAMBDA {
     return hn::Add(V{_mm512_permutex2var_ps(x.raw, evens, y.raw)}, V{_mm512_permutex2var_ps(x.raw, odds, y.raw)});
   };
-  const auto product = [&](const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, float* HWY_RESTRICT c) HWY_ATTR __attribute__((always_inline)) {
+  const auto product = [&](const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
+                           float* HWY_RESTRICT c) ATTNKIT_INLINE_LAMBDA {
     V acc[R], acc2[R];
 #pragma GCC unroll 10
     for (int r = 0; r < R; ++r) acc[r] = hn::Zero(d), acc2[r] = hn::Zero(d);
@@ -795,13 +798,14 @@ HWY_INLINE void PairTileNN(const GemmArgs& g, const ProductSpan& span, int64_t i
     // z[w] lane 2(r % 8) + c - 8: row 8w + r % 8, column c.
 #pragma GCC unroll 2
     for (int w = 0; w < kZ; ++w) z[w] = halve(y[2 * w], 2 * w + 1 < kY ? y[2 * w + 1] : hn::Zero(d));
-    const auto store_rows = [&](auto combine_tag, auto kind_tag) HWY_ATTR __attribute__((always_inline)) {
+    const auto store_rows = [&](auto combine_tag, auto kind_tag) ATTNKIT_INLINE_LAMBDA {
       constexpr Combine kCombine = decltype(combine_tag)::value;
       constexpr EpilogueKind kKind = decltype(kind_tag)::value;
 #pragma GCC unroll 10
       for (int r = 0; r < R; ++r) {
         const int h = (r & 1) * 8, t = 16 + 2 * (r & 7);
-        const __m512i pick = _mm512_setr_epi32(h, h + 1, h + 2, h + 3, h + 4, h + 5, h + 6, h + 7, t, t + 1, 0, 0, 0, 0, 0, 0);
+        const __m512i pick =
+            _mm512_setr_epi32(h, h + 1, h + 2, h + 3, h + 4, h + 5, h + 6, h + 7, t, t + 1, 0, 0, 0, 0, 0, 0);
         const V row{_mm512_permutex2var_ps(s[r / 2].raw, pick, z[r / 8].raw)};
         SmallStoreVec<true, kBias, kKind>(d, row, va, vb, kCombine, mcols, bias, g, i + r, j, c + r * ldc);
       }
@@ -890,25 +894,27 @@ HWY_INLINE void QuadTileNN(const GemmArgs& g, const ProductSpan& span, int64_t i
   const float* const a0 = g.a + i * lda;
   const float* const b0 = g.b + j;
   float* const c0 = g.c + i * ldc + j;
-  const auto product = [&](const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, float* HWY_RESTRICT c) HWY_ATTR __attribute__((always_inline)) {
+  const auto product = [&](const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
+                           float* HWY_RESTRICT c) ATTNKIT_INLINE_LAMBDA {
     __m256 acc[R], acc2[R];
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), acc2[r] = _mm256_setzero_ps();
     // The k loop with B's columns 8 and 9 from packed (kPacked) or built quad by quad (a batch's
     // products, one tile each: packed first, the stores and loads of the pack cost more).
-    const auto k_loop = [&](auto packed_tag) HWY_ATTR __attribute__((always_inline)) {
+    const auto k_loop = [&](auto packed_tag) ATTNKIT_INLINE_LAMBDA {
       constexpr bool kPacked = decltype(packed_tag)::value;
       // A's rows from two bases 6 rows apart, as SmallTileNN's (ATileValue).
       const float* HWY_RESTRICT ak = a;
       const float* HWY_RESTRICT ak6 = R > 6 ? a + 6 * lda : a;
       const float* HWY_RESTRICT bk = b;
       // Columns 0..7 over the next `steps` k-steps (A broadcast, one FMA a row each).
-      const auto columns_0_7 = [&](int64_t steps) HWY_ATTR __attribute__((always_inline)) {
+      const auto columns_0_7 = [&](int64_t steps) ATTNKIT_INLINE_LAMBDA {
 #pragma GCC unroll 1
         for (int64_t q = 0; q < steps; ++q) {
           const __m256 bv = _mm256_loadu_ps(bk);
 #pragma GCC unroll 12
-          for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(ATileValue<R>(ak, ak6, lda, r)), bv, acc[r]);
+          for (int r = 0; r < R; ++r)
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(ATileValue<R>(ak, ak6, lda, r)), bv, acc[r]);
           ak += 1;
           ak6 += 1;
           bk += ldb;
@@ -954,7 +960,7 @@ HWY_INLINE void QuadTileNN(const GemmArgs& g, const ProductSpan& span, int64_t i
     }
     // Each row in two plain stores: columns 0..7 (8 lanes) and 8..9 (2 lanes, 1 without kTwo).
     // One masked 512-bit store a row instead cost Zen 4 more than the row's FMAs at k = 16.
-    const auto store_rows = [&](auto combine_tag, auto kind_tag) HWY_ATTR __attribute__((always_inline)) {
+    const auto store_rows = [&](auto combine_tag, auto kind_tag) ATTNKIT_INLINE_LAMBDA {
       constexpr Combine kCombine = decltype(combine_tag)::value;
       constexpr EpilogueKind kKind = decltype(kind_tag)::value;
 #pragma GCC unroll 12
@@ -963,7 +969,8 @@ HWY_INLINE void QuadTileNN(const GemmArgs& g, const ProductSpan& span, int64_t i
         const __m256i pick = _mm256_setr_epi32(s, s + 4, 0, 0, 0, 0, 0, 0);
         const __m128 tail = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(sums[r / 4], pick));
         float* HWY_RESTRICT cr = c + r * ldc;
-        SmallStoreVec<false, kBias, kKind>(d8, V8{acc[r]}, va8, vb8, kCombine, hn::FirstN(d8, 8), bias8, g, i + r, j, cr);
+        SmallStoreVec<false, kBias, kKind>(d8, V8{acc[r]}, va8, vb8, kCombine, hn::FirstN(d8, 8), bias8, g, i + r, j,
+                                           cr);
         SmallStoreVec<false, kBias, kKind>(dt, VT{tail}, vat, vbt, kCombine, hn::FirstN(dt, 2), biast, g, i + r,
                                            j + 8, cr + 8);
       }

@@ -258,6 +258,12 @@ inline Combine FirstCombine(float beta) {
   return beta == 0.0f ? Combine::kOverwrite : beta == 1.0f ? Combine::kAdd : Combine::kScale;
 }
 
+// A ReLU backward's step: v where keep > 0, else 0 (relu_backward's operations, the same bits).
+template <class D>
+HWY_INLINE hn::Vec<D> KeepWherePositive(D d, hn::Vec<D> keep, hn::Vec<D> v) {
+  return hn::IfThenElseZero(hn::Gt(keep, hn::Zero(d)), v);
+}
+
 // The relu / mask / addend epilogue of one stored value v of C's row i, columns from j; load(p)
 // reads the mask's or the addend's vector at p: the same vector operations as
 // ops/elementwise.cc's relu_forward (max(v, 0)), relu_backward (v where mask > 0, else 0) and
@@ -265,7 +271,7 @@ inline Combine FirstCombine(float beta) {
 template <class D, class Load>
 HWY_INLINE hn::Vec<D> EpilogueWith(D d, const GemmArgs& g, hn::Vec<D> v, int64_t i, int64_t j, const Load& load) {
   if (g.relu && !g.relu_last) v = hn::Max(v, hn::Zero(d));
-  if (g.mask) v = hn::IfThenElseZero(hn::Gt(load(g.mask + i * g.ldm + j), hn::Zero(d)), v);
+  if (g.mask) v = KeepWherePositive(d, load(g.mask + i * g.ldm + j), v);
   if (g.addend) v = hn::Add(v, load(g.addend + i * g.ld_addend + j));
   if (g.relu && g.relu_last) v = hn::Max(v, hn::Zero(d));
   return v;
@@ -337,7 +343,7 @@ HWY_INLINE hn::Vec<D> EpilogueOf(D d, const GemmArgs& g, hn::Vec<D> v, hn::Mask<
       (void)m;
       keep = hn::LoadU(d, p);
     }
-    return hn::IfThenElseZero(hn::Gt(keep, hn::Zero(d)), v);
+    return KeepWherePositive(d, keep, v);
   } else {
     return EpilogueLanes<kMasked>(d, g, v, m, i, j);
   }

@@ -16,6 +16,11 @@
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 
+// A lambda inside a vector kernel: compiled for the kernel's target and inlined into it.
+#ifndef ATTNKIT_INLINE_LAMBDA
+#define ATTNKIT_INLINE_LAMBDA HWY_ATTR __attribute__((always_inline))
+#endif
+
 HWY_BEFORE_NAMESPACE();
 namespace attnkit {
 namespace HWY_NAMESPACE {
