@@ -471,7 +471,8 @@ struct CpuChoice {
 };
 CpuChoice g_small_split{gemm_detail::small_split, CpuDefaultSmallSplit};
 CpuChoice g_avx512_halves{gemm_detail::avx512_halves, CpuDefaultAvx512Halves};
-[[maybe_unused]] const bool g_choices_at_start = g_small_split.init() | g_avx512_halves.init();
+// (Both run: `&&` or `||` would skip the second after the first's result.)
+[[maybe_unused]] const bool g_choices_at_start[] = {g_small_split.init(), g_avx512_halves.init()};
 }  // namespace
 
 void set_gemm_small_values(SmallGemmValues values) { g_small_split.choose(values, SmallGemmValues::kSplit); }

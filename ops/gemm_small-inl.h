@@ -105,7 +105,7 @@ HWY_INLINE void SmallStoreVec(D d, hn::Vec<D> acc, hn::Vec<D> va, hn::Vec<D> vb,
   } else if (combine == Combine::kCopy) {  // alpha = 1, C not read: the same bits without the
     v = kBias ? hn::Add(acc, bias) : acc;  // multiply (fma(acc, 1, bias) rounds acc + bias once)
   } else {
-    const hn::Vec<D> old = kMasked ? hn::MaskedLoad(m, d, p) : hn::LoadU(d, p);
+    const hn::Vec<D> old = LoadLanes<kMasked>(d, m, p);
     v = combine == Combine::kAdd ? hn::MulAdd(acc, va, old) : hn::MulAdd(acc, va, hn::Mul(vb, old));
     if constexpr (kBias) v = hn::Add(v, bias);
   }
@@ -114,17 +114,6 @@ HWY_INLINE void SmallStoreVec(D d, hn::Vec<D> acc, hn::Vec<D> va, hn::Vec<D> vb,
     hn::BlendedStore(v, m, d, p);
   } else {
     hn::StoreU(v, d, p);
-  }
-}
-
-// The vector at p of a tile's last column vector: whole with kFull, else its lanes in mlast.
-template <bool kFull, class D, class M>
-HWY_INLINE hn::Vec<D> LoadLast(D d, M mlast, const float* HWY_RESTRICT p) {
-  if constexpr (kFull) {
-    (void)mlast;
-    return hn::LoadU(d, p);
-  } else {
-    return hn::MaskedLoad(mlast, d, p);
   }
 }
 
@@ -242,7 +231,7 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, const Operands& o, int64_t i
       const __m512i one = _mm512_set1_epi32(1);
 #pragma GCC unroll 2
       for (int64_t kk = 0; kk < k; ++kk) {
-        const V bv = LoadLast<kFull>(d, mlast, b);
+        const V bv = LoadLanes<!kFull>(d, mlast, b);
 #pragma GCC unroll 6
         for (int r = 0; r < R; r += 2) acc0[r] = hn::MulAdd(hn::Set(d, a[r * lda]), bv, acc0[r]);
 #pragma GCC unroll 6
@@ -266,7 +255,7 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, const Operands& o, int64_t i
     for (int r = 1; r < R; r += 2) idx[r / 2] = _mm512_set1_epi32(r);
 #pragma GCC unroll 2
     for (int64_t kk = 0; kk < k; ++kk) {
-      const V bv = LoadLast<kFull>(d, mlast, b);
+      const V bv = LoadLanes<!kFull>(d, mlast, b);
       const V acol = hn::MaskedLoad(rm, d, a);
 #pragma GCC unroll 6
       for (int r = 0; r < R; r += 2) acc0[r] = hn::MulAdd(hn::Set(d, a[r]), bv, acc0[r]);
@@ -287,13 +276,13 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, const Operands& o, int64_t i
 #pragma GCC unroll 2
   for (int64_t kk = 0; kk < k; ++kk) {
     if constexpr (NV == 1) {
-      const V bv = LoadLast<kFull>(d, mlast, b);
+      const V bv = LoadLanes<!kFull>(d, mlast, b);
 #pragma GCC unroll 12
       for (int r = 0; r < R; ++r)
         acc0[r] = hn::MulAdd(hn::Set(d, kTransA ? a[r] : ATileValue<R>(a, a6, lda, r)), bv, acc0[r]);
     } else if constexpr (NV == 2) {
       const V bv0 = hn::LoadU(d, b);
-      const V bv1 = LoadLast<kFull>(d, mlast, b + lanes);
+      const V bv1 = LoadLanes<!kFull>(d, mlast, b + lanes);
 #pragma GCC unroll 12
       for (int r = 0; r < R; ++r) {
         const V av = hn::Set(d, kTransA ? a[r] : ATileValue<R>(a, a6, lda, r));
@@ -302,7 +291,7 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, const Operands& o, int64_t i
       }
     } else {
       const V bv0 = hn::LoadU(d, b), bv1 = hn::LoadU(d, b + lanes), bv2 = hn::LoadU(d, b + 2 * lanes);
-      const V bv3 = LoadLast<kFull>(d, mlast, b + 3 * lanes);
+      const V bv3 = LoadLanes<!kFull>(d, mlast, b + 3 * lanes);
 #pragma GCC unroll 12
       for (int r = 0; r < R; ++r) {
         const V av = hn::Set(d, kTransA ? a[r] : ATileValue<R>(a, a6, lda, r));
@@ -323,15 +312,15 @@ HWY_INLINE void SmallTileNN(D d, const GemmArgs& g, const Operands& o, int64_t i
   V bias0 = hn::Zero(d), bias1 = hn::Zero(d), bias2 = hn::Zero(d), bias3 = hn::Zero(d);
   if constexpr (kBias) {
     if constexpr (NV == 1) {
-      bias0 = LoadLast<kFull>(d, mlast, g.bias + j);
+      bias0 = LoadLanes<!kFull>(d, mlast, g.bias + j);
     } else if constexpr (NV == 2) {
       bias0 = hn::LoadU(d, g.bias + j);
-      bias1 = LoadLast<kFull>(d, mlast, g.bias + j + lanes);
+      bias1 = LoadLanes<!kFull>(d, mlast, g.bias + j + lanes);
     } else {
       bias0 = hn::LoadU(d, g.bias + j);
       bias1 = hn::LoadU(d, g.bias + j + lanes);
       bias2 = hn::LoadU(d, g.bias + j + 2 * lanes);
-      bias3 = LoadLast<kFull>(d, mlast, g.bias + j + 3 * lanes);
+      bias3 = LoadLanes<!kFull>(d, mlast, g.bias + j + 3 * lanes);
     }
   }
   // The epilogue's kind a constant of the store loop (the combine stays a per-vector choice here).
@@ -1123,12 +1112,37 @@ constexpr std::array<SmallTileFn, sizeof...(I)> MakeSmallTilesNN(std::index_sequ
                             ((I / kMax) & 2) != 0, ((I / kMax) & 1) != 0>...}};
 }
 
+template <int NV>
+using SmallTilesNN = std::array<SmallTileFn, 16 * static_cast<size_t>(SmallRowsMax(NV))>;
+
+// The tables of tile functions, each defined in a file of its own (ops/gemm_small_nn_*.cc,
+// ATTNKIT_DEFINE_SMALL_TILES_NN): their 640 functions are about 60% of the GEMM's AVX-512
+// code, and in one file with the rest they were a single ~6.5-minute compile.
+extern const SmallTilesNN<1> kSmallTilesNN256x1;  // one 256-bit vector a row
+extern const SmallTilesNN<1> kSmallTilesNNx1;     // one full vector a row
+extern const SmallTilesNN<2> kSmallTilesNNx2;
+extern const SmallTilesNN<4> kSmallTilesNNx4;
+#define ATTNKIT_DEFINE_SMALL_TILES_NN(name, D, NV) \
+  const SmallTilesNN<NV> name = MakeSmallTilesNN<D, NV>(std::make_index_sequence<16 * SmallRowsMax(NV)>());
+
 template <class D, int NV>
 HWY_INLINE SmallTileFn SmallTileNNFor(bool trans_a, bool full, bool bias, bool epilogue, int64_t rows) {
   constexpr int kMax = SmallRowsMax(NV);
-  static constexpr auto kTable = MakeSmallTilesNN<D, NV>(std::make_index_sequence<16 * kMax>());
+  static_assert(std::is_same_v<D, DF> || (NV == 1 && std::is_same_v<D, hn::Full256<float>>),
+                "full vectors, or 256-bit ones for one a row");
+  const SmallTilesNN<NV>* table;
+  if constexpr (!std::is_same_v<D, DF>) {
+    table = &kSmallTilesNN256x1;
+  } else if constexpr (NV == 1) {
+    table = &kSmallTilesNNx1;
+  } else if constexpr (NV == 2) {
+    table = &kSmallTilesNNx2;
+  } else {
+    static_assert(NV == 4, "one, two or four vectors a row");
+    table = &kSmallTilesNNx4;
+  }
   const size_t flags = (trans_a ? 8u : 0u) | (full ? 4u : 0u) | (bias ? 2u : 0u) | (epilogue ? 1u : 0u);
-  return kTable[flags * kMax + static_cast<size_t>(rows - 1)];
+  return (*table)[flags * kMax + static_cast<size_t>(rows - 1)];
 }
 
 template <class D, int NV>

@@ -282,17 +282,22 @@ HWY_INLINE VF EpilogueVec(DF d, const GemmArgs& g, VF v, int64_t i, int64_t j, s
   return EpilogueWith(d, g, v, i, j, [&](const float* p) { return LoadFirst(d, p, count); });
 }
 
-// For vectors of any width D, whole (!kMasked) or the lanes of m (fault-free masked loads): the
-// small path's and the direct tiles' stores, which apply it while C is in registers.
+// The vector at p: whole (!kMasked) or the lanes of m (a fault-free masked load).
+template <bool kMasked, class D>
+HWY_INLINE hn::Vec<D> LoadLanes(D d, hn::Mask<D> m, const float* p) {
+  if constexpr (kMasked) {
+    return hn::MaskedLoad(m, d, p);
+  } else {
+    (void)m;
+    return hn::LoadU(d, p);
+  }
+}
+
+// For vectors of any width D, whole (!kMasked) or the lanes of m: the small path's and the
+// direct tiles' stores, which apply it while C is in registers.
 template <bool kMasked, class D>
 HWY_INLINE hn::Vec<D> EpilogueLanes(D d, const GemmArgs& g, hn::Vec<D> v, hn::Mask<D> m, int64_t i, int64_t j) {
-  return EpilogueWith(d, g, v, i, j, [&](const float* p) {
-    if constexpr (kMasked) {
-      return hn::MaskedLoad(m, d, p);
-    } else {
-      return hn::LoadU(d, p);
-    }
-  });
+  return EpilogueWith(d, g, v, i, j, [&](const float* p) { return LoadLanes<kMasked>(d, m, p); });
 }
 
 // What g's epilogue does, resolved once per tile (its stores dispatched on it as on their
@@ -335,15 +340,7 @@ HWY_INLINE hn::Vec<D> EpilogueOf(D d, const GemmArgs& g, hn::Vec<D> v, hn::Mask<
     (void)g, (void)m, (void)i, (void)j;
     return hn::Max(v, hn::Zero(d));
   } else if constexpr (kKind == EpilogueKind::kMask) {
-    const float* p = g.mask + i * g.ldm + j;
-    hn::Vec<D> keep;
-    if constexpr (kMasked) {
-      keep = hn::MaskedLoad(m, d, p);
-    } else {
-      (void)m;
-      keep = hn::LoadU(d, p);
-    }
-    return KeepWherePositive(d, keep, v);
+    return KeepWherePositive(d, LoadLanes<kMasked>(d, m, g.mask + i * g.ldm + j), v);
   } else {
     return EpilogueLanes<kMasked>(d, g, v, m, i, j);
   }
