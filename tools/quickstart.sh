@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
-cmake --preset release >/dev/null
+tools/configure.sh release >/dev/null
 cmake --build --preset release -j "$(nproc 2>/dev/null || echo 2)" --target attnkit_cli
 out=runs/neighbor-sum
 build/release/tools/attnkit train neighbor-sum --out "$out"

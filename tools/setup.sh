@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config git
+  ninja-build           # the presets' generator: object files of every target compile in parallel
   libhwy-dev            # Highway: portable SIMD with runtime dispatch (ops/)
   libopenblas-dev       # OpenBLAS: reference GEMM in tests, optional backend, benchmark baseline
   libomp-dev            # OpenMP runtime headers (g++ uses libgomp; clang for fuzzing uses libomp)

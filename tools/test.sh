@@ -6,6 +6,6 @@ cd "$(dirname "$0")/.."
 preset="${1:-release}"
 tools/setup.sh
 jobs="$(nproc 2>/dev/null || echo 2)"
-cmake --preset "$preset"
+tools/configure.sh "$preset"
 cmake --build --preset "$preset" -j "$jobs"
 ctest --preset "$preset"
