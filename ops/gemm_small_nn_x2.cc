@@ -1,18 +1,9 @@
-// The small path's table of tile functions for two full vectors a row, B not transposed:
-// kSmallTilesNNx2, read by SmallTileNNFor (ops/gemm_small-inl.h). A file of its own so that the
-// GEMM's AVX-512 tiles compile in parallel.
-#include "ops/gemm.h"
-
+// kSmallTilesNNx2: the small path's tile functions for two full vectors a row,
+// B not transposed.
+// (The body, shared by the four ops/gemm_small_nn_*.cc, is ops/gemm_small_nn_table.h.)
+#define ATTNKIT_SMALL_NN_TABLE kSmallTilesNNx2
+#define ATTNKIT_SMALL_NN_VEC DF
+#define ATTNKIT_SMALL_NN_VECTORS 2
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/gemm_small_nn_x2.cc"
-#include "hwy/foreach_target.h"  // before highway.h
-#include "hwy/highway.h"
-#include "ops/gemm_kernels-inl.h"
-
-HWY_BEFORE_NAMESPACE();
-namespace attnkit::HWY_NAMESPACE {
-#if ATTNKIT_HAVE_SMALL_GEMM
-ATTNKIT_DEFINE_SMALL_TILES_NN(kSmallTilesNNx2, DF, 2)
-#endif
-}  // namespace attnkit::HWY_NAMESPACE
-HWY_AFTER_NAMESPACE();
+#include "ops/gemm_small_nn_table.h"
