@@ -290,6 +290,38 @@ TEST_CASE("embedding gradients of the table and a broadcast addend in one pass",
   });
 }
 
+// embedding_addend_backward's documented order (ops/embedding.h): addend row a outer, its dy rows
+// i = a, a + R, … inner; each table row sums its dy rows in that order, bit for bit. Rows up to
+// the kernel's sorting bound (table rows summed in registers) and past it (added in memory).
+TEST_CASE("embedding table gradients sum their rows in the documented order", "[embedding]") {
+  attnkit::test::for_each_simd_target([](const std::string&) {
+    std::mt19937 rng(9);
+    for (int64_t n : {int64_t{640}, int64_t{4100}}) {
+      for (int64_t d : {int64_t{32}, int64_t{33}}) {
+        const int64_t vocab = 10, rows_a = 10 * (n == 640) + 5 * (n != 640);
+        INFO("n=" << n << " d=" << d);
+        std::vector<int32_t> ids(n);
+        for (auto& id : ids) id = int32_t(rng() % vocab);
+        const auto w = random_vector(n * d, rng);
+        std::vector<float> ref(vocab * d, 0.5f);
+        for (int64_t a = 0; a < rows_a; ++a)
+          for (int64_t i = a; i < n; i += rows_a)
+            for (int64_t j = 0; j < d; ++j) ref[ids[i] * d + j] += w[i * d + j];
+        std::vector<float> dt(vocab * d, 0.5f), da(rows_a * d, 0.0f);
+        attnkit::embedding_addend_backward(ids.data(), w.data(), dt.data(), da.data(), n, vocab, d, rows_a, {},
+                                           true, false);
+        REQUIRE(std::memcmp(ref.data(), dt.data(), ref.size() * sizeof(float)) == 0);
+        for (bool acc : {true, false})
+          require_slice_invariant(std::vector<float>((vocab + rows_a) * d, acc ? 0.5f : kNaN),
+                                  [&](float* out, Slice s) {
+                                    attnkit::embedding_addend_backward(ids.data(), w.data(), out, out + vocab * d,
+                                                                       n, vocab, d, rows_a, s, acc, acc);
+                                  });
+      }
+    }
+  });
+}
+
 TEST_CASE("cross-entropy with ignored targets", "[cross_entropy]") {
   attnkit::test::for_each_simd_target([](const std::string&) {
     std::mt19937 rng(5);
