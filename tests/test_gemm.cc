@@ -1106,3 +1106,96 @@ TEST_CASE("product timing counts each outermost product call once, only while on
   CHECK(attnkit::gemm_timing().calls == 2);
   attnkit::reset_gemm_timing();
 }
+
+// A seeded random sweep where the paths meet: m, n and k mostly small and ragged (up to 16, 20
+// and 16 half the time, else up to 70, 70 and 80), every transpose, alpha and beta, padded
+// strides, and on AVX-512 every kernel choice (A's values split or broadcast, full or half
+// widths, 512- or 256-bit direct tiles), through sgemm_slice, sgemm_bias_slice,
+// sgemm_epilogue_slice (relu, mask, addend) and sgemm_strided_batched, on every target. Each
+// product against the double reference; sliced calls bitwise the whole call. The grids above
+// fix the shapes each path was written for; this looks between them.
+TEST_CASE("random small and ragged products on every path and kernel choice match a double reference", "[gemm]") {
+  attnkit::test::for_each_simd_target([&](const std::string& target) {
+    std::mt19937 rng(2026);
+    auto pick = [&](int64_t small_max, int64_t max) {
+      return static_cast<int64_t>(1 + (rng() % 2 ? rng() % small_max : rng() % max));
+    };
+    const float alphas[] = {1.0f, -0.5f, 2.0f}, betas[] = {0.0f, 1.0f, -0.5f};
+    for (int trial = 0; trial < 3000; ++trial) {
+      const bool ta = rng() & 1, tb = rng() & 1;
+      const int64_t m = pick(16, 70), n = pick(20, 70), k = pick(16, 80);
+      const float alpha = alphas[rng() % 3], beta = betas[rng() % 3];
+      const int64_t pad = static_cast<int64_t>(rng() % 4);
+      const uint32_t seed = rng();
+      const int values = static_cast<int>(rng() % 2), width = static_cast<int>(rng() % 2);
+      const int half = rng() % 2 ? 1 : -1, api = static_cast<int>(rng() % 4);
+      ScopedSmallValues scoped_values(values ? attnkit::SmallGemmValues::kSplit : attnkit::SmallGemmValues::kBroadcast);
+      ScopedAvx512Width scoped_width(width ? attnkit::Avx512Width::kFull : attnkit::Avx512Width::kHalves);
+      attnkit::set_gemm_direct_half_tiles(half);
+      INFO(target << " trial " << trial << " api=" << api << " ta=" << ta << " tb=" << tb << " m=" << m
+                  << " n=" << n << " k=" << k << " alpha=" << alpha << " beta=" << beta << " pad=" << pad
+                  << " split=" << values << " full=" << width << " half tiles=" << half);
+      const Problem p = make_problem(ta, tb, m, n, k, alpha, beta, pad, seed);
+      if (api == 0) {  // sgemm_slice, whole and in 2 or 3 slices
+        const std::vector<float> one = run_slices(p, 1);
+        check_against_reference(p, one);
+        REQUIRE(bitwise_equal(one, run_slices(p, 2 + static_cast<int>(seed % 2))));
+      } else if (api == 1) {  // with a bias
+        const std::vector<float> bias = random_bias(n, seed);
+        const std::vector<float> one = run_bias_slices(p, bias.data(), 1);
+        check_against_reference(p, one, bias.data());
+        REQUIRE(bitwise_equal(one, run_bias_slices(p, bias.data(), 2 + static_cast<int>(seed % 2))));
+      } else if (api == 2) {  // an epilogue: the product with its bias, then the elementwise ops
+        const int kind = static_cast<int>(seed % 4);  // relu; mask; relu + mask + addend; relu(· + addend)
+        const int64_t ldm = n + 3;
+        std::vector<float> mask(static_cast<size_t>(m * ldm)), addend(mask.size());
+        std::mt19937 erng(seed);
+        for (auto& v : mask) v = static_cast<float>(static_cast<int>(erng() % 3)) - 1.0f;
+        for (auto& v : addend) v = static_cast<float>(static_cast<int>(erng() % 2001) - 1000) / 300.0f;
+        const std::vector<float> bias = random_bias(n, seed + 1);
+        attnkit::GemmEpilogue e;
+        e.bias = bias.data();
+        e.relu = kind != 1;
+        e.relu_last = kind == 3;
+        if (kind == 1 || kind == 2) e.mask = mask.data(), e.ldm = ldm;
+        if (kind >= 2) e.addend = addend.data(), e.ld_addend = ldm;
+        std::vector<float> want = run_bias_slices(p, e.bias, 1);
+        check_against_reference(p, want, e.bias);
+        for (int64_t i = 0; i < m; ++i) {
+          float* row = want.data() + i * p.ldc;
+          if (e.relu && !e.relu_last) attnkit::relu_forward(row, row, n, Slice{});
+          if (e.mask) attnkit::relu_backward(mask.data() + i * ldm, row, row, n, false, Slice{});
+          if (e.addend) attnkit::add_forward(row, addend.data() + i * ldm, row, n, Slice{});
+          if (e.relu_last) attnkit::relu_forward(row, row, n, Slice{});
+        }
+        const int count = 1 + static_cast<int>(seed % 3);
+        std::vector<float> got = p.c;
+        for (int sl = 0; sl < count; ++sl)
+          attnkit::sgemm_epilogue_slice(ta, tb, m, n, k, alpha, p.a.data(), p.lda, p.b.data(), p.ldb, beta,
+                                        got.data(), p.ldc, e, Slice{sl, count});
+        INFO("epilogue kind " << kind << ", " << count << " slices");
+        REQUIRE(bitwise_equal(want, got));
+      } else {  // a strided batch of 2 or 3 products of this shape, stacked in one buffer each
+        const int64_t count = 2 + static_cast<int64_t>(seed % 2);
+        std::vector<Problem> ps;
+        for (int64_t q = 0; q < count; ++q) ps.push_back(make_problem(ta, tb, m, n, k, alpha, beta, pad, seed + q));
+        const int64_t sa = static_cast<int64_t>(ps[0].a.size()), sb = static_cast<int64_t>(ps[0].b.size()),
+                      sc = static_cast<int64_t>(ps[0].c.size());
+        std::vector<float> a, b, c;
+        for (const Problem& q : ps) {
+          a.insert(a.end(), q.a.begin(), q.a.end());
+          b.insert(b.end(), q.b.begin(), q.b.end());
+          c.insert(c.end(), q.c.begin(), q.c.end());
+        }
+        attnkit::sgemm_strided_batched(ta, tb, m, n, k, alpha, a.data(), p.lda, sa, b.data(), p.ldb, sb, beta,
+                                       c.data(), p.ldc, sc, count);
+        for (int64_t q = 0; q < count; ++q) {
+          INFO("product " << q << " of the batch");
+          check_against_reference(ps[q], std::vector<float>(c.begin() + q * sc, c.begin() + (q + 1) * sc));
+        }
+      }
+    }
+    attnkit::set_gemm_direct_half_tiles(-1);
+  });
+  attnkit::set_gemm_direct_half_tiles(-1);
+}
