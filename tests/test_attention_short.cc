@@ -625,5 +625,70 @@ TEST_CASE("short attention hands sequences it does not fit back to the general p
   REQUIRE(backward({1, 10, 10, 16, 16, 16, 16}));
 }
 
+// A seeded random sweep between the fixed cases above: batch (1 to 40, so whole and partial
+// groups of lanes), heads, query and key counts (1 to 20, self- and cross-attention), head and
+// value sizes (4 to 64, and 128 values), masks, head-summed values, accumulate and the split into
+// ranges, through attention_forward_units and attention_backward (the short, lanes and GEMM
+// paths, whichever takes the dims on this target), on every target, against the double
+// reference.
+TEST_CASE("random attention dims forward and backward match a double reference on every target") {
+  test::for_each_simd_target([](const std::string& target) {
+    Rng rng(2026);
+    const int64_t sizes[] = {4, 8, 12, 16, 24, 32, 40, 48, 64};
+    for (int trial = 0; trial < 120; ++trial) {
+      Case c;
+      c.b = 1 + rng.below(rng.below(2) ? 40 : 4);
+      c.h = 1 + rng.below(4);
+      c.tq = 1 + rng.below(20);
+      c.tk = rng.below(3) ? c.tq : 1 + rng.below(20);
+      c.dh = sizes[rng.below(9)];
+      c.dvh = rng.below(8) ? sizes[rng.below(9)] : 128;
+      c.mask = static_cast<int>(rng.below(4));
+      if (c.mask & 1 && c.b > c.tk) c.mask &= 2;  // (make() pads entry b's last b keys)
+      const bool summed = rng.below(3) == 0, acc = rng.below(2) == 0;
+      INFO(target << " trial " << trial << ": b " << c.b << " h " << c.h << " tq " << c.tq << " tk " << c.tk
+                  << " dh " << c.dh << " dvh " << c.dvh << " mask " << c.mask << (summed ? " head-summed" : "")
+                  << (acc ? " accumulate" : ""));
+      Data x = make(c, rng);
+      x.m.sum_heads = summed;
+      if (summed) x.dy.resize(static_cast<size_t>(c.b * c.tq * c.dvh));
+      const bool causal = (c.mask & 2) != 0;
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.dh));
+      const AttentionMasking mk{scale, x.mask.empty() ? nullptr : x.mask.data(), causal};
+      const Reference want = reference(x, c.b, scale, causal, summed);
+      // Forward, in two ranges of work units: the probabilities, and y = Σ (or per head) P·V.
+      const AttentionWork w = attention_work(x.m, mk, c.b);
+      std::vector<float> probs(want.probs.size(), NAN), y(static_cast<size_t>(c.b * c.tq * x.m.y_row()), NAN);
+      const int64_t split = w.units / 2;
+      attention_forward_units(x.q.data(), x.k.data(), x.v.data(), probs.data(), y.data(), x.m, mk, w, 0, split);
+      attention_forward_units(x.q.data(), x.k.data(), x.v.data(), probs.data(), y.data(), x.m, mk, w, split,
+                              w.units);
+      require_close(probs.data(), want.probs, {}, "probs");
+      std::vector<double> want_y(y.size(), 0.0);
+      for (int64_t b = 0; b < c.b; ++b)
+        for (int64_t h = 0; h < c.h; ++h)
+          for (int64_t i = 0; i < c.tq; ++i)
+            for (int64_t j = 0; j < c.tk; ++j) {
+              const double pr = want.probs[size_t(((b * c.h + h) * c.tq + i) * c.tk + j)];
+              for (int64_t e = 0; e < c.dvh; ++e)
+                want_y[size_t((b * c.tq + i) * x.m.y_row() + h * x.m.y_head() + e)] +=
+                    pr * x.v[size_t((b * c.tk + j) * x.m.dv + h * c.dvh + e)];
+            }
+      require_close(y.data(), want_y, {}, "y");
+      // Backward from the reference's probabilities, in two ranges of products cut anywhere.
+      std::vector<float> p32(want.probs.begin(), want.probs.end()), dprobs(p32.size());
+      const Grads g = start_grads(want, acc, rng);
+      std::vector<float> dq = g.dq, dk = g.dk, dv = g.dv;
+      const int64_t products = c.b * c.h, cut = rng.below(static_cast<uint64_t>(products) + 1);
+      for (auto [p0, p1] : {std::pair<int64_t, int64_t>{0, cut}, {cut, products}})
+        attention_backward(x.q.data(), x.k.data(), x.v.data(), p32.data(), x.dy.data(), nullptr, dprobs.data(),
+                           dq.data(), dk.data(), dv.data(), acc, acc, acc, x.m, mk, p0, p1);
+      require_close(dq.data(), want.dq, g.base_q, "dq");
+      require_close(dk.data(), want.dk, g.base_k, "dk");
+      require_close(dv.data(), want.dv, g.base_v, "dv");
+    }
+  });
+}
+
 }  // namespace
 }  // namespace attnkit
