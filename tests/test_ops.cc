@@ -243,6 +243,17 @@ TEST_CASE("embedding gather and scatter-add", "[embedding]") {
   });
 }
 
+// Any slicing of embedding_addend_backward gives the same bits, accumulating and overwriting:
+// table and addend gradients in one buffer.
+void require_addend_backward_slice_invariant(const std::vector<int32_t>& ids, const std::vector<float>& w,
+                                             int64_t n, int64_t vocab, int64_t d, int64_t rows_a) {
+  for (bool acc : {true, false})
+    require_slice_invariant(std::vector<float>((vocab + rows_a) * d, acc ? 0.5f : kNaN), [&](float* out, Slice s) {
+      attnkit::embedding_addend_backward(ids.data(), w.data(), out, out + vocab * d, n, vocab, d, rows_a, s, acc,
+                                         acc);
+    });
+}
+
 TEST_CASE("embedding gradients of the table and a broadcast addend in one pass", "[embedding]") {
   attnkit::test::for_each_simd_target([](const std::string&) {
     std::mt19937 rng(5);
@@ -278,21 +289,15 @@ TEST_CASE("embedding gradients of the table and a broadcast addend in one pass",
         REQUIRE(std::memcmp(bias.data(), da0.data(), bias.size() * sizeof(float)) == 0);
         for (int64_t k = 0; k < vocab * d; ++k) require_close(dt0[k], rt[k], 1e-5, 1e-5);
         for (int64_t j = 0; j < d; ++j) REQUIRE(dt0[10 * d + j] == 0.0f);
-        // Any slicing gives the same bits: table and addend gradients in one buffer.
-        for (bool acc : {true, false})
-          require_slice_invariant(std::vector<float>((vocab + rows_a) * d, acc ? 0.5f : kNaN),
-                                  [&](float* out, Slice s) {
-                                    attnkit::embedding_addend_backward(ids.data(), w.data(), out, out + vocab * d,
-                                                                       n, vocab, d, rows_a, s, acc, acc);
-                                  });
+        require_addend_backward_slice_invariant(ids, w, n, vocab, d, rows_a);
       }
     }
   });
 }
 
 // embedding_addend_backward's documented order (ops/embedding.h): addend row a outer, its dy rows
-// i = a, a + R, … inner; each table row sums its dy rows in that order, bit for bit. Rows up to
-// the kernel's sorting bound (table rows summed in registers) and past it (added in memory).
+// i = a, a + R, … inner; each table row sums its dy rows in that order, bit for bit: the lessons'
+// 640 rows of 10 tokens, and a longer run.
 TEST_CASE("embedding table gradients sum their rows in the documented order", "[embedding]") {
   attnkit::test::for_each_simd_target([](const std::string&) {
     std::mt19937 rng(9);
@@ -311,12 +316,7 @@ TEST_CASE("embedding table gradients sum their rows in the documented order", "[
         attnkit::embedding_addend_backward(ids.data(), w.data(), dt.data(), da.data(), n, vocab, d, rows_a, {},
                                            true, false);
         REQUIRE(std::memcmp(ref.data(), dt.data(), ref.size() * sizeof(float)) == 0);
-        for (bool acc : {true, false})
-          require_slice_invariant(std::vector<float>((vocab + rows_a) * d, acc ? 0.5f : kNaN),
-                                  [&](float* out, Slice s) {
-                                    attnkit::embedding_addend_backward(ids.data(), w.data(), out, out + vocab * d,
-                                                                       n, vocab, d, rows_a, s, acc, acc);
-                                  });
+        require_addend_backward_slice_invariant(ids, w, n, vocab, d, rows_a);
       }
     }
   });
