@@ -110,9 +110,15 @@ void force_bf16_kernel(const std::string& name) {
     throw Error("unknown bf16 kernel '" + name + "' (choices: amx, avx512_bf16, none; this machine has: " +
                 bf16_kernels_available() + ")");
   }
-  if (!set_bf16_kernel(kernel))
+  if (!bf16_kernel_supported(kernel))
     throw Error(std::string("bf16 kernel ") + bf16_kernel_name(kernel) + " is not supported by this CPU (it has: " +
                 bf16_kernels_available() + ")");
+  // Its instructions are AVX-512 ones: not under a SIMD target forced below AVX3.
+  const std::string target = simd_target_name();
+  if (kernel != Bf16Kernel::kNone && target.rfind("AVX3", 0) != 0)
+    throw Error(std::string("bf16 kernel ") + bf16_kernel_name(kernel) + " needs AVX-512, but the SIMD target in use is " +
+                target + " (ATTNKIT_SIMD_TARGET or force_simd_target chose it; the bf16 kernel then is none)");
+  set_bf16_kernel(kernel);
 }
 
 namespace {

@@ -25,7 +25,8 @@ void force_simd_target(const std::string& name);
 // "avx512_bf16", "none" — none rounds the inputs and uses the float32 kernels, and makes
 // Precision::kBf16 run float32 products) or, for "" or "best", the best one again. Throws
 // attnkit::Error naming the kernel and the choices when the name is unknown or this CPU lacks
-// it. Forcing a SIMD target below AVX3 also selects "none" (an AVX2 CPU has no bf16 kernel).
+// it, or when the SIMD target in use is below AVX3 (the kernels are AVX-512 code). Forcing a
+// SIMD target below AVX3 also selects "none" (an AVX2 CPU has no bf16 kernel).
 void force_bf16_kernel(const std::string& name);
 
 // Makes the AVX-512 small products get A's values as `name` says (case-insensitive: "split",

@@ -1,9 +1,9 @@
 // kSmallTilesNNx2: the small path's tile functions for two full vectors a row,
 // B not transposed.
-// (The body, shared by the four ops/gemm_small_nn_*.cc, is ops/gemm_small_nn_table.h.)
+// (The body, shared by the four ops/gemm_small_nn_*.cc, is ops/gemm_small_nn_table-inl.h.)
 #define ATTNKIT_SMALL_NN_TABLE kSmallTilesNNx2
 #define ATTNKIT_SMALL_NN_VEC DF
 #define ATTNKIT_SMALL_NN_VECTORS 2
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/gemm_small_nn_x2.cc"
-#include "ops/gemm_small_nn_table.h"
+#include "ops/gemm_small_nn_table-inl.h"

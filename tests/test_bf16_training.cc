@@ -15,6 +15,7 @@
 #include "engine/executor.h"
 #include "engine/functional.h"
 #include "engine/rng.h"
+#include "engine/simd_target.h"
 #include "file_test_util.h"
 #include "models/trainer.h"
 #include "ops/gemm_bf16.h"
@@ -23,7 +24,11 @@
 namespace attnkit {
 namespace {
 
-bool have_bf16() { return bf16_kernel() != Bf16Kernel::kNone; }
+// (ATTNKIT_SIMD_TARGET below AVX3 leaves no bf16 kernel: applied first, as an Executor would.)
+bool have_bf16() {
+  apply_simd_target_env();
+  return bf16_kernel() != Bf16Kernel::kNone;
+}
 #define REQUIRE_BF16_KERNEL() \
   if (!have_bf16()) ATTNKIT_SKIP("this CPU has no bf16 kernel (AMX-BF16 or AVX512-BF16)")
 

@@ -659,6 +659,19 @@ TEST_CASE("train --precision bf16: metrics name the precision and kernel, a chec
   const Result none = sh(std::string("ATTNKIT_BF16=none '") + ATTNKIT_CLI + "' --version", dir);
   CHECK(none.code == 0);
   CHECK(none.out.find("bf16 products (--precision bf16): none (ATTNKIT_BF16)") != std::string::npos);
+  // The bf16 kernels are AVX-512 code: asking for one under a SIMD target forced below AVX3 is a
+  // contradiction, said as such (on a CPU with AVX512-BF16).
+  if (none.out.find("this CPU has: AVX512-BF16") != std::string::npos ||
+      none.out.find("this CPU has: AMX-BF16, AVX512-BF16") != std::string::npos) {
+    const Result forced =
+        sh(std::string("ATTNKIT_SIMD_TARGET=AVX2 ATTNKIT_BF16=avx512_bf16 '") + ATTNKIT_CLI + "' --version", dir);
+    CHECK(forced.code == 2);
+    CHECK(forced.err.find("ATTNKIT_BF16=avx512_bf16: bf16 kernel AVX512-BF16 needs AVX-512, but the SIMD target in "
+                          "use is AVX2") != std::string::npos);
+    const Result below = sh(std::string("ATTNKIT_SIMD_TARGET=AVX2 '") + ATTNKIT_CLI + "' --version", dir);
+    CHECK(below.code == 0);
+    CHECK(below.out.find("bf16 products (--precision bf16): none") != std::string::npos);
+  }
 }
 
 TEST_CASE("rollout of a numpy-written [layers, heads, T, T] array equals the lesson's rollout") {
