@@ -1107,6 +1107,14 @@ TEST_CASE("product timing counts each outermost product call once, only while on
   attnkit::reset_gemm_timing();
 }
 
+namespace {
+// set_gemm_direct_half_tiles for a scope, back to the default (-1) however the scope ends.
+struct ScopedHalfTiles {
+  explicit ScopedHalfTiles(int half) { attnkit::set_gemm_direct_half_tiles(half); }
+  ~ScopedHalfTiles() { attnkit::set_gemm_direct_half_tiles(-1); }
+};
+}  // namespace
+
 // A seeded random sweep where the paths meet: m, n and k mostly small and ragged (up to 16, 20
 // and 16 half the time, else up to 70, 70 and 80), every transpose, alpha and beta, padded
 // strides, and on AVX-512 every kernel choice (A's values split or broadcast, full or half
@@ -1131,7 +1139,7 @@ TEST_CASE("random small and ragged products on every path and kernel choice matc
       const int half = rng() % 2 ? 1 : -1, api = static_cast<int>(rng() % 4);
       ScopedSmallValues scoped_values(values ? attnkit::SmallGemmValues::kSplit : attnkit::SmallGemmValues::kBroadcast);
       ScopedAvx512Width scoped_width(width ? attnkit::Avx512Width::kFull : attnkit::Avx512Width::kHalves);
-      attnkit::set_gemm_direct_half_tiles(half);
+      const ScopedHalfTiles scoped_half(half);
       INFO(target << " trial " << trial << " api=" << api << " ta=" << ta << " tb=" << tb << " m=" << m
                   << " n=" << n << " k=" << k << " alpha=" << alpha << " beta=" << beta << " pad=" << pad
                   << " split=" << values << " full=" << width << " half tiles=" << half);
@@ -1195,7 +1203,5 @@ TEST_CASE("random small and ragged products on every path and kernel choice matc
         }
       }
     }
-    attnkit::set_gemm_direct_half_tiles(-1);
   });
-  attnkit::set_gemm_direct_half_tiles(-1);
 }
