@@ -30,11 +30,11 @@ inline bool apply_simd_target(const char* program) {
   benchmark::AddCustomContext(
       "attnkit_small_gemm", std::string(gemm_small_values_name()) +
                                 (std::getenv("ATTNKIT_SMALL_GEMM") ? " (ATTNKIT_SMALL_GEMM)" : "") +
-                                (small_gemm_values_in_use() ? "" : " (unused below AVX3)"));
+                                (avx512_target_in_use() ? "" : " (unused below AVX3)"));
   benchmark::AddCustomContext(
       "attnkit_avx512_width", std::string(gemm_avx512_width_name()) +
                                   (std::getenv("ATTNKIT_AVX512_WIDTH") ? " (ATTNKIT_AVX512_WIDTH)" : "") +
-                                  (small_gemm_values_in_use() ? "" : " (unused below AVX3)"));
+                                  (avx512_target_in_use() ? "" : " (unused below AVX3)"));
   benchmark::AddCustomContext("attnkit_bf16_kernel", std::string(bf16_kernel_name(bf16_kernel())) +
                                                          " (this CPU has: " + bf16_kernels_available() + ")");
   const char* forced = std::getenv("OPENBLAS_CORETYPE");

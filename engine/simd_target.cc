@@ -114,10 +114,9 @@ void force_bf16_kernel(const std::string& name) {
     throw Error(std::string("bf16 kernel ") + bf16_kernel_name(kernel) + " is not supported by this CPU (it has: " +
                 bf16_kernels_available() + ")");
   // Its instructions are AVX-512 ones: not under a SIMD target forced below AVX3.
-  const std::string target = simd_target_name();
-  if (kernel != Bf16Kernel::kNone && target.rfind("AVX3", 0) != 0)
+  if (kernel != Bf16Kernel::kNone && !avx512_target_in_use())
     throw Error(std::string("bf16 kernel ") + bf16_kernel_name(kernel) + " needs AVX-512, but the SIMD target in use is " +
-                target + " (ATTNKIT_SIMD_TARGET or force_simd_target chose it; the bf16 kernel then is none)");
+                simd_target_name() + " (ATTNKIT_SIMD_TARGET or force_simd_target chose it; the bf16 kernel then is none)");
   set_bf16_kernel(kernel);
 }
 
@@ -149,7 +148,7 @@ void force_avx512_width(const std::string& name) {
                      set_gemm_avx512_width);
 }
 
-bool small_gemm_values_in_use() { return std::string(simd_target_name()).rfind("AVX3", 0) == 0; }
+bool avx512_target_in_use() { return std::string(simd_target_name()).rfind("AVX3", 0) == 0; }
 
 void apply_simd_target_env() {
   static std::once_flag once;

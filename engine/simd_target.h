@@ -34,9 +34,9 @@ void force_bf16_kernel(const std::string& name);
 // measuring both on one machine. Throws attnkit::Error naming the value and the choices.
 void force_small_gemm_values(const std::string& name);
 
-// Whether that choice applies to the target in use (an AVX-512 one); below it, it does nothing.
-// (The same holds for force_avx512_width's.)
-bool small_gemm_values_in_use();
+// Whether the SIMD target in use is an AVX-512 one (AVX3…). Only there do that choice and
+// force_avx512_width's apply, and only there may the bf16 kernels (AVX-512 code) run.
+bool avx512_target_in_use();
 
 // Makes the AVX-512 products shaped for a core that issues 512-bit operations whole or in two
 // 256-bit halves as `name` says (case-insensitive: "full", "halves"; "" or "best": this CPU's

@@ -43,15 +43,15 @@ std::string version_text() {
          (std::getenv("ATTNKIT_SIMD_TARGET") ? " (ATTNKIT_SIMD_TARGET)" : "") +
          "\nsmall products' A values (AVX-512): " + attnkit::gemm_small_values_name() +
          (std::getenv("ATTNKIT_SMALL_GEMM") ? " (ATTNKIT_SMALL_GEMM)" : "") +
-         (attnkit::small_gemm_values_in_use() ? "" : " (unused: the target is not AVX-512)") +
+         (attnkit::avx512_target_in_use() ? "" : " (unused: the target is not AVX-512)") +
          "\nAVX-512 core width (products shaped for it): " + attnkit::gemm_avx512_width_name() +
          (std::getenv("ATTNKIT_AVX512_WIDTH") ? " (ATTNKIT_AVX512_WIDTH)" : "") +
-         (attnkit::small_gemm_values_in_use() ? "" : " (unused: the target is not AVX-512)") +
+         (attnkit::avx512_target_in_use() ? "" : " (unused: the target is not AVX-512)") +
          "\nsupported by this CPU: " + join(attnkit::supported_simd_targets()) +
          "\ncompiled in: " + join(attnkit::compiled_simd_targets()) +
          "\nbf16 products (--precision bf16): " + attnkit::bf16_kernel_name(attnkit::bf16_kernel()) +
          (std::getenv("ATTNKIT_BF16") ? " (ATTNKIT_BF16)" : "") +
-         (attnkit::small_gemm_values_in_use() ? "" : " (the target is not AVX-512)") +
+         (attnkit::avx512_target_in_use() ? "" : " (the target is not AVX-512)") +
          "; this CPU has: " + attnkit::bf16_kernels_available() +
          (attnkit::bf16_kernel_note().empty() ? "" : " (" + attnkit::bf16_kernel_note() + ")") +
 #ifdef ATTNKIT_HAVE_MPI
