@@ -65,10 +65,7 @@ void force_simd_target(const std::string& name) {
   const std::string wanted = upper(name);
   const int64_t before = g_disabled;
   disable(0);
-  if (wanted.empty() || wanted == "BEST") {
-    use_best_bf16_kernel();
-    return;
-  }
+  if (wanted.empty() || wanted == "BEST") return;
   const int64_t supported = hwy::SupportedTargets() & HWY_TARGETS;
   disable(before);  // unchanged unless the name is usable
   for (int64_t t : target_bits(HWY_TARGETS)) {
@@ -78,13 +75,8 @@ void force_simd_target(const std::string& name) {
                   joined(supported_simd_targets()) + ")");
     }
     // Every better target (a lower bit) is disabled; the chosen one is then the best left.
+    // (Below AVX3 the bf16 products run none: bf16_kernel() checks the target.)
     disable(t - 1);
-    // The bf16 kernels need AVX-512: below it, behave as a CPU without them.
-    if (wanted.rfind("AVX3", 0) == 0) {
-      use_best_bf16_kernel();
-    } else {
-      set_bf16_kernel(Bf16Kernel::kNone);
-    }
     return;
   }
   throw Error("unknown SIMD target '" + name + "' (compiled in: " + joined(compiled_simd_targets()) +
@@ -148,7 +140,6 @@ void force_avx512_width(const std::string& name) {
                      set_gemm_avx512_width);
 }
 
-bool avx512_target_in_use() { return std::string(simd_target_name()).rfind("AVX3", 0) == 0; }
 
 void apply_simd_target_env() {
   static std::once_flag once;

@@ -25,18 +25,16 @@ void force_simd_target(const std::string& name);
 // "avx512_bf16", "none" — none rounds the inputs and uses the float32 kernels, and makes
 // Precision::kBf16 run float32 products) or, for "" or "best", the best one again. Throws
 // attnkit::Error naming the kernel and the choices when the name is unknown or this CPU lacks
-// it, or when the SIMD target in use is below AVX3 (the kernels are AVX-512 code). Forcing a
-// SIMD target below AVX3 also selects "none" (an AVX2 CPU has no bf16 kernel).
+// it, or when the SIMD target in use is below AVX3 (the kernels are AVX-512 code). While the
+// SIMD target is below AVX3 the bf16 products run none whatever was chosen (bf16_kernel() in
+// ops/gemm_bf16.h; an AVX2 CPU has no bf16 kernel); the choice holds again back on AVX3.
 void force_bf16_kernel(const std::string& name);
 
 // Makes the AVX-512 small products get A's values as `name` says (case-insensitive: "split",
 // "broadcast"; "" or "best": this CPU's default) — set_gemm_small_values in ops/gemm.h, for
 // measuring both on one machine. Throws attnkit::Error naming the value and the choices.
+// (avx512_target_in_use() in ops/gemm.h says whether this choice and the next apply.)
 void force_small_gemm_values(const std::string& name);
-
-// Whether the SIMD target in use is an AVX-512 one (AVX3…). Only there do that choice and
-// force_avx512_width's apply, and only there may the bf16 kernels (AVX-512 code) run.
-bool avx512_target_in_use();
 
 // Makes the AVX-512 products shaped for a core that issues 512-bit operations whole or in two
 // 256-bit halves as `name` says (case-insensitive: "full", "halves"; "" or "best": this CPU's

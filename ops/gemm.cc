@@ -81,6 +81,7 @@ HWY_AFTER_NAMESPACE();
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 namespace attnkit {
@@ -489,6 +490,8 @@ GemmBackend gemm_backend() { return g_backend.load(); }
 const char* simd_target_name() {
   return hwy::TargetName(HWY_DYNAMIC_DISPATCH(CurrentTarget)());
 }
+
+bool avx512_target_in_use() { return std::strncmp(simd_target_name(), "AVX3", 4) == 0; }
 
 }  // namespace attnkit
 #endif  // HWY_ONCE

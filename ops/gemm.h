@@ -116,6 +116,11 @@ void reset_gemm_timing();
 // Name of the Highway target the kernels dispatch to on this machine (e.g. "AVX2").
 const char* simd_target_name();
 
+// Whether that target is an AVX-512 one (AVX3…). Only there do the AVX-512 kernel choices
+// (set_gemm_small_values, set_gemm_avx512_width) apply, and only there do the bf16 kernels
+// (AVX-512 code, ops/gemm_bf16.h) run: below it bf16_kernel() is none, whatever was chosen.
+bool avx512_target_in_use();
+
 // Whether the AVX-512 direct path computes its whole tiles with 256-bit vectors: 1 yes, 0 or
 // -1 (the default) no: 512-bit ones (see DirectHalfTiles in ops/gemm_direct-inl.h). For tests
 // of both forms and for measurements; the values never depend on it. Not thread-safe: set it

@@ -678,6 +678,7 @@ bool bf16_kernel_supported(Bf16Kernel kernel) {
 }
 
 Bf16Kernel bf16_kernel() {
+  if (!avx512_target_in_use()) return Bf16Kernel::kNone;  // AVX-512 code: not below AVX3
   const int k = g_kernel.load(std::memory_order_relaxed);
   return k < 0 ? best_kernel() : static_cast<Bf16Kernel>(k);
 }

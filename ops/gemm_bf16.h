@@ -23,7 +23,9 @@ namespace attnkit {
 enum class Bf16Kernel { kNone = 0, kAvx512Bf16 = 1, kAmx = 2 };
 
 // The kernel the bf16 products use now: the best the CPU (and the OS: AMX needs the kernel's
-// tile-data permission, asked for once) supports, unless set_bf16_kernel chose a lower one.
+// tile-data permission, asked for once) supports, unless set_bf16_kernel chose a lower one;
+// none while the SIMD target in use is below AVX3 (avx512_target_in_use() in gemm.h: the
+// kernels are AVX-512 code), whatever was chosen.
 Bf16Kernel bf16_kernel();
 // "AMX-BF16", "AVX512-BF16", "none".
 const char* bf16_kernel_name(Bf16Kernel kernel);
@@ -35,9 +37,9 @@ std::string bf16_kernels_available();
 // state off (XCR0), or Linux refused the tile-data permission (arch_prctl, e.g. ENOSPC when a
 // thread's signal stack is too small for the tiles). The products then run on AVX512-BF16.
 std::string bf16_kernel_note();
-// Uses `kernel` from now on; false (nothing changed) when this CPU cannot run it. Not
-// thread-safe: call it before running products (engine/simd_target.h's force_bf16_kernel
-// and the ATTNKIT_BF16 variable use it).
+// Uses `kernel` from now on (on AVX-512 targets); false (nothing changed) when this CPU
+// cannot run it. Not thread-safe: call it before running products (engine/simd_target.h's
+// force_bf16_kernel and the ATTNKIT_BF16 variable use it).
 bool set_bf16_kernel(Bf16Kernel kernel);
 // Back to the best kernel this machine supports.
 void use_best_bf16_kernel();

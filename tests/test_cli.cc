@@ -671,6 +671,17 @@ TEST_CASE("train --precision bf16: metrics name the precision and kernel, a chec
     const Result below = sh(std::string("ATTNKIT_SIMD_TARGET=AVX2 '") + ATTNKIT_CLI + "' --version", dir);
     CHECK(below.code == 0);
     CHECK(below.out.find("bf16 products (--precision bf16): none (the target is not AVX-512)") != std::string::npos);
+    // "best" under such a target is the best there is: none (it once switched AVX-512 code back on).
+    const Result best = sh(std::string("ATTNKIT_SIMD_TARGET=AVX2 ATTNKIT_BF16=best '") + ATTNKIT_CLI + "' --version", dir);
+    CHECK(best.code == 0);
+    CHECK(best.out.find("bf16 products (--precision bf16): none (ATTNKIT_BF16) (the target is not AVX-512)") !=
+          std::string::npos);
+    const std::string below_run = (dir / "bf16_below_avx3").string();
+    const Result trained = sh(std::string("ATTNKIT_SIMD_TARGET=AVX2 ATTNKIT_BF16=best '") + ATTNKIT_CLI +
+                                  "' train reversal --epochs 1 --precision bf16 --no-pictures --quiet --out '" + below_run + "'",
+                              dir);
+    REQUIRE(trained.code == 0);
+    CHECK(json_file(fs::path(below_run) / "metrics.json")["bf16_kernel"] == "none");
   }
 }
 

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/error.h"
+#include "engine/simd_target.h"
 #include "ops/gemm.h"
 #include "ops/gemm_bf16.h"
 #include "gemm_problem.h"
@@ -189,6 +191,46 @@ TEST_CASE("bf16 kernels: names, what this CPU has, refusal of the unsupported") 
     CHECK((attnkit::bf16_kernel() == k) == supported);
   }
   CHECK(attnkit::bf16_kernel() == KernelScope::best_kernel());
+}
+
+TEST_CASE("bf16 kernels run only on AVX-512 targets: below AVX3 the products run none, the choice kept") {
+  const Bf16Kernel best = KernelScope::best_kernel();
+  if (best == Bf16Kernel::kNone) ATTNKIT_SKIP("this CPU has no bf16 kernel");
+  struct Restore {
+    ~Restore() {
+      attnkit::force_simd_target("");
+      attnkit::use_best_bf16_kernel();
+    }
+  } restore;
+  const Problem p = make_problem(false, true, 40, 33, 70, 1.0f, 0.5f, 1, 11);
+  attnkit::force_simd_target("AVX2");
+  REQUIRE(!attnkit::avx512_target_in_use());
+  CHECK(attnkit::bf16_kernel() == Bf16Kernel::kNone);
+  // A choice made below AVX3 is kept, but the products still run none: the same bits as none's.
+  CHECK(attnkit::set_bf16_kernel(Bf16Kernel::kNone));
+  const std::vector<float> none = run(p);
+  for (Bf16Kernel k : {best, Bf16Kernel::kAvx512Bf16}) {
+    INFO("chosen " << attnkit::bf16_kernel_name(k));
+    CHECK(attnkit::set_bf16_kernel(k));
+    CHECK(attnkit::bf16_kernel() == Bf16Kernel::kNone);
+    const std::vector<float> got = run(p);
+    CHECK(std::memcmp(none.data(), got.data(), none.size() * sizeof(float)) == 0);
+  }
+  attnkit::use_best_bf16_kernel();
+  CHECK(attnkit::bf16_kernel() == Bf16Kernel::kNone);
+  CHECK_THROWS_WITH(attnkit::force_bf16_kernel("avx512_bf16"),
+                    Catch::Contains("bf16 kernel AVX512-BF16 needs AVX-512, but the SIMD target in use is AVX2"));
+  attnkit::force_bf16_kernel("best");  // not a contradiction: the best there is, none
+  CHECK(attnkit::bf16_kernel() == Bf16Kernel::kNone);
+  // Back on the best target the choice holds again.
+  attnkit::force_simd_target("");
+  REQUIRE(attnkit::avx512_target_in_use());
+  CHECK(attnkit::bf16_kernel() == best);
+  attnkit::set_bf16_kernel(Bf16Kernel::kAvx512Bf16);
+  attnkit::force_simd_target("AVX2");
+  CHECK(attnkit::bf16_kernel() == Bf16Kernel::kNone);
+  attnkit::force_simd_target("");
+  CHECK(attnkit::bf16_kernel() == Bf16Kernel::kAvx512Bf16);
 }
 
 TEST_CASE("bf16 GEMM on AMX-BF16 against double references, every shape class and edge") {

@@ -344,7 +344,8 @@ RunContents train_contents(Trainer& trainer, const EarlierRun& earlier, const Tr
       {"steps_this_run", steps_here},
       {"threads", options.threads},
       {"precision", precision_name(options.precision)},
-      // The kernel the bf16 products ran on ("none": float32 products, this CPU has no bf16 kernel).
+      // The kernel the bf16 products ran on ("none": float32 products: this CPU has no bf16 kernel,
+      // or the SIMD target in use is below AVX3).
       {"bf16_kernel", options.precision == Precision::kBf16
                           ? nlohmann::json(ex.bf16_products() ? bf16_kernel_name(bf16_kernel()) : "none")
                           : nlohmann::json(nullptr)},
