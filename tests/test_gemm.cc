@@ -91,6 +91,32 @@ std::vector<float> random_bias(int64_t n, uint32_t seed) {
   return bias;
 }
 
+// An epilogue's mask and addend, `size` floats each, from one generator: the mask like a
+// ReLU's output (zeros, positives and, never from a ReLU, negatives), the addend in ±3.3.
+struct EpilogueOperands {
+  std::vector<float> mask, addend;
+};
+EpilogueOperands random_mask_and_addend(int64_t size, uint32_t seed) {
+  EpilogueOperands o{std::vector<float>(static_cast<size_t>(size)), std::vector<float>(static_cast<size_t>(size))};
+  std::mt19937 rng(seed);
+  for (auto& v : o.mask) v = static_cast<float>(static_cast<int>(rng() % 3)) - 1.0f;
+  for (auto& v : o.addend) v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 300.0f;
+  return o;
+}
+
+// What sgemm_epilogue_slice should give: `want` (m rows of n at stride ldc, already the product
+// with e's bias) through e's elementwise ops row by row, as the separate kernels compute them.
+void apply_epilogue_ops(const attnkit::GemmEpilogue& e, std::vector<float>& want, int64_t m, int64_t n,
+                        int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) {
+    float* row = want.data() + i * ldc;
+    if (e.relu && !e.relu_last) attnkit::relu_forward(row, row, n, Slice{});
+    if (e.mask) attnkit::relu_backward(e.mask + i * e.ldm, row, row, n, false, Slice{});
+    if (e.addend) attnkit::add_forward(row, e.addend + i * e.ld_addend, row, n, Slice{});
+    if (e.relu_last) attnkit::relu_forward(row, row, n, Slice{});
+  }
+}
+
 bool bitwise_equal(const std::vector<float>& x, const std::vector<float>& y) {
   return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
 }
@@ -303,29 +329,17 @@ TEST_CASE("sgemm_epilogue_slice: relu, mask and addend are bitwise relu_forward/
           const float beta = kind == 1 || kind == 3 || seed % 2 == 0 ? 0.0f : 0.5f;
           const Problem p = make_problem(trans & 1, trans & 2, s.m, s.n, s.k, 1.0f, beta, seed % 3, seed);
           const std::vector<float> bias = random_bias(s.n, seed);
-          // A mask like a ReLU's output: zeros, positives, and (never from a ReLU) negatives.
           const int64_t ldm = s.n + 5;
-          std::vector<float> mask(static_cast<size_t>(std::max<int64_t>(s.m * ldm, 1)));
-          std::mt19937 rng(seed);
-          for (auto& v : mask) v = static_cast<float>(static_cast<int>(rng() % 3)) - 1.0f;
-          ++seed;
-          std::vector<float> addend(mask.size());
-          for (auto& v : addend) v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 300.0f;
+          const EpilogueOperands ops = random_mask_and_addend(std::max<int64_t>(s.m * ldm, 1), seed++);
           attnkit::GemmEpilogue e;
           e.bias = kind == 2 ? nullptr : bias.data();
           e.relu = kind != 1 && kind != 3;
           e.relu_last = kind == 5;
-          if (kind == 1 || kind == 2 || kind == 4) e.mask = mask.data(), e.ldm = ldm;
-          if (kind >= 3) e.addend = addend.data(), e.ld_addend = ldm;
+          if (kind == 1 || kind == 2 || kind == 4) e.mask = ops.mask.data(), e.ldm = ldm;
+          if (kind >= 3) e.addend = ops.addend.data(), e.ld_addend = ldm;
           // The expected: the plain product, then the elementwise ops row by row.
           std::vector<float> want = run_bias_slices(p, e.bias, 1);
-          for (int64_t i = 0; i < s.m; ++i) {
-            float* row = want.data() + i * p.ldc;
-            if (e.relu && !e.relu_last) attnkit::relu_forward(row, row, s.n, Slice{});
-            if (e.mask) attnkit::relu_backward(mask.data() + i * ldm, row, row, s.n, false, Slice{});
-            if (e.addend) attnkit::add_forward(row, addend.data() + i * ldm, row, s.n, Slice{});
-            if (e.relu_last) attnkit::relu_forward(row, row, s.n, Slice{});
-          }
+          apply_epilogue_ops(e, want, s.m, s.n, p.ldc);
           INFO(target << " ta=" << p.ta << " tb=" << p.tb << " m=" << s.m << " n=" << s.n
                       << " k=" << s.k << " kind=" << kind);
           for (int count : {1, 2, 3}) {
@@ -1156,26 +1170,17 @@ TEST_CASE("random small and ragged products on every path and kernel choice matc
       } else if (api == 2) {  // an epilogue: the product with its bias, then the elementwise ops
         const int kind = static_cast<int>(seed % 4);  // relu; mask; relu + mask + addend; relu(· + addend)
         const int64_t ldm = n + 3;
-        std::vector<float> mask(static_cast<size_t>(m * ldm)), addend(mask.size());
-        std::mt19937 erng(seed);
-        for (auto& v : mask) v = static_cast<float>(static_cast<int>(erng() % 3)) - 1.0f;
-        for (auto& v : addend) v = static_cast<float>(static_cast<int>(erng() % 2001) - 1000) / 300.0f;
+        const EpilogueOperands ops = random_mask_and_addend(m * ldm, seed);
         const std::vector<float> bias = random_bias(n, seed + 1);
         attnkit::GemmEpilogue e;
         e.bias = bias.data();
         e.relu = kind != 1;
         e.relu_last = kind == 3;
-        if (kind == 1 || kind == 2) e.mask = mask.data(), e.ldm = ldm;
-        if (kind >= 2) e.addend = addend.data(), e.ld_addend = ldm;
+        if (kind == 1 || kind == 2) e.mask = ops.mask.data(), e.ldm = ldm;
+        if (kind >= 2) e.addend = ops.addend.data(), e.ld_addend = ldm;
         std::vector<float> want = run_bias_slices(p, e.bias, 1);
         check_against_reference(p, want, e.bias);
-        for (int64_t i = 0; i < m; ++i) {
-          float* row = want.data() + i * p.ldc;
-          if (e.relu && !e.relu_last) attnkit::relu_forward(row, row, n, Slice{});
-          if (e.mask) attnkit::relu_backward(mask.data() + i * ldm, row, row, n, false, Slice{});
-          if (e.addend) attnkit::add_forward(row, addend.data() + i * ldm, row, n, Slice{});
-          if (e.relu_last) attnkit::relu_forward(row, row, n, Slice{});
-        }
+        apply_epilogue_ops(e, want, m, n, p.ldc);
         const int count = 1 + static_cast<int>(seed % 3);
         std::vector<float> got = p.c;
         for (int sl = 0; sl < count; ++sl)
