@@ -140,7 +140,6 @@ void force_avx512_width(const std::string& name) {
                      set_gemm_avx512_width);
 }
 
-
 void apply_simd_target_env() {
   static std::once_flag once;
   static std::string failure;
