@@ -65,7 +65,10 @@ void force_simd_target(const std::string& name) {
   const std::string wanted = upper(name);
   const int64_t before = g_disabled;
   disable(0);
-  if (wanted.empty() || wanted == "BEST") return;
+  if (wanted.empty() || wanted == "BEST") {
+    set_avx512_allowed(true);
+    return;
+  }
   const int64_t supported = hwy::SupportedTargets() & HWY_TARGETS;
   disable(before);  // unchanged unless the name is usable
   for (int64_t t : target_bits(HWY_TARGETS)) {
@@ -75,8 +78,9 @@ void force_simd_target(const std::string& name) {
                   joined(supported_simd_targets()) + ")");
     }
     // Every better target (a lower bit) is disabled; the chosen one is then the best left.
-    // (Below AVX3 the bf16 products run none: bf16_kernel() checks the target.)
+    // Below AVX3 the bf16 kernels (AVX-512 code of their own) are off too: bf16_kernel() is none.
     disable(t - 1);
+    set_avx512_allowed(wanted.rfind("AVX3", 0) == 0);
     return;
   }
   throw Error("unknown SIMD target '" + name + "' (compiled in: " + joined(compiled_simd_targets()) +
@@ -106,7 +110,7 @@ void force_bf16_kernel(const std::string& name) {
     throw Error(std::string("bf16 kernel ") + bf16_kernel_name(kernel) + " is not supported by this CPU (it has: " +
                 bf16_kernels_available() + ")");
   // Its instructions are AVX-512 ones: not under a SIMD target forced below AVX3.
-  if (kernel != Bf16Kernel::kNone && !avx512_target_in_use())
+  if (kernel != Bf16Kernel::kNone && !avx512_allowed())
     throw Error(std::string("bf16 kernel ") + bf16_kernel_name(kernel) + " needs AVX-512, but the SIMD target in use is " +
                 simd_target_name() + " (ATTNKIT_SIMD_TARGET or force_simd_target chose it; the bf16 kernel then is none)");
   set_bf16_kernel(kernel);

@@ -26,8 +26,9 @@ void force_simd_target(const std::string& name);
 // Precision::kBf16 run float32 products) or, for "" or "best", the best one again. Throws
 // attnkit::Error naming the kernel and the choices when the name is unknown or this CPU lacks
 // it, or when the SIMD target in use is below AVX3 (the kernels are AVX-512 code). While the
-// SIMD target is below AVX3 the bf16 products run none whatever was chosen (bf16_kernel() in
-// ops/gemm_bf16.h; an AVX2 CPU has no bf16 kernel); the choice holds again back on AVX3.
+// SIMD target is forced below AVX3 the bf16 products run none whatever was chosen
+// (bf16_kernel() and avx512_allowed() in ops/gemm_bf16.h; an AVX2 CPU has no bf16 kernel);
+// the choice holds again back on AVX3.
 void force_bf16_kernel(const std::string& name);
 
 // Makes the AVX-512 small products get A's values as `name` says (case-insensitive: "split",

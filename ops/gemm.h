@@ -117,8 +117,8 @@ void reset_gemm_timing();
 const char* simd_target_name();
 
 // Whether that target is an AVX-512 one (AVX3…). Only there do the AVX-512 kernel choices
-// (set_gemm_small_values, set_gemm_avx512_width) apply, and only there do the bf16 kernels
-// (AVX-512 code, ops/gemm_bf16.h) run: below it bf16_kernel() is none, whatever was chosen.
+// (set_gemm_small_values, set_gemm_avx512_width) apply. (The bf16 kernels ask avx512_allowed()
+// in ops/gemm_bf16.h.)
 bool avx512_target_in_use();
 
 // Whether the AVX-512 direct path computes its whole tiles with 256-bit vectors: 1 yes, 0 or

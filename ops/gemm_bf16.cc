@@ -677,8 +677,14 @@ bool bf16_kernel_supported(Bf16Kernel kernel) {
   return false;
 }
 
+// (Not hwy::SupportedTargets(): in Highway 1.0.3 it re-chooses the dispatch target from the
+// CPU's targets, undoing a forced one until the next DisableTargets.)
+static std::atomic<bool> g_avx512_allowed{true};
+bool avx512_allowed() { return g_avx512_allowed.load(std::memory_order_relaxed); }
+void set_avx512_allowed(bool allowed) { g_avx512_allowed.store(allowed); }
+
 Bf16Kernel bf16_kernel() {
-  if (!avx512_target_in_use()) return Bf16Kernel::kNone;  // AVX-512 code: not below AVX3
+  if (!avx512_allowed()) return Bf16Kernel::kNone;  // AVX-512 code: not below a forced AVX3
   const int k = g_kernel.load(std::memory_order_relaxed);
   return k < 0 ? best_kernel() : static_cast<Bf16Kernel>(k);
 }

@@ -22,10 +22,18 @@ namespace attnkit {
 
 enum class Bf16Kernel { kNone = 0, kAvx512Bf16 = 1, kAmx = 2 };
 
+// Whether AVX-512 code may run now: true unless a SIMD target below AVX3 was forced
+// (engine/simd_target.h's force_simd_target and ATTNKIT_SIMD_TARGET call
+// set_avx512_allowed). The bf16 kernels are AVX-512 intrinsics of their own, not dispatched by
+// Highway: they run only while this holds, also in a build that compiles no AVX3 target (the
+// sanitize preset's), where avx512_target_in_use() in gemm.h is false. Not thread-safe to set:
+// set it before running products.
+bool avx512_allowed();
+void set_avx512_allowed(bool allowed);
+
 // The kernel the bf16 products use now: the best the CPU (and the OS: AMX needs the kernel's
 // tile-data permission, asked for once) supports, unless set_bf16_kernel chose a lower one;
-// none while the SIMD target in use is below AVX3 (avx512_target_in_use() in gemm.h: the
-// kernels are AVX-512 code), whatever was chosen.
+// none while AVX-512 is not allowed (a SIMD target below AVX3 forced), whatever was chosen.
 Bf16Kernel bf16_kernel();
 // "AMX-BF16", "AVX512-BF16", "none".
 const char* bf16_kernel_name(Bf16Kernel kernel);
@@ -37,7 +45,7 @@ std::string bf16_kernels_available();
 // state off (XCR0), or Linux refused the tile-data permission (arch_prctl, e.g. ENOSPC when a
 // thread's signal stack is too small for the tiles). The products then run on AVX512-BF16.
 std::string bf16_kernel_note();
-// Uses `kernel` from now on (on AVX-512 targets); false (nothing changed) when this CPU
+// Uses `kernel` from now on (while avx512_allowed()); false (nothing changed) when this CPU
 // cannot run it. Not thread-safe: call it before running products (engine/simd_target.h's
 // force_bf16_kernel and the ATTNKIT_BF16 variable use it).
 bool set_bf16_kernel(Bf16Kernel kernel);

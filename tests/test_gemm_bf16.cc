@@ -204,7 +204,7 @@ TEST_CASE("bf16 kernels run only on AVX-512 targets: below AVX3 the products run
   } restore;
   const Problem p = make_problem(false, true, 40, 33, 70, 1.0f, 0.5f, 1, 11);
   attnkit::force_simd_target("AVX2");
-  REQUIRE(!attnkit::avx512_target_in_use());
+  REQUIRE(!attnkit::avx512_allowed());
   CHECK(attnkit::bf16_kernel() == Bf16Kernel::kNone);
   // A choice made below AVX3 is kept, but the products still run none: the same bits as none's.
   CHECK(attnkit::set_bf16_kernel(Bf16Kernel::kNone));
@@ -224,7 +224,7 @@ TEST_CASE("bf16 kernels run only on AVX-512 targets: below AVX3 the products run
   CHECK(attnkit::bf16_kernel() == Bf16Kernel::kNone);
   // Back on the best target the choice holds again.
   attnkit::force_simd_target("");
-  REQUIRE(attnkit::avx512_target_in_use());
+  REQUIRE(attnkit::avx512_allowed());
   CHECK(attnkit::bf16_kernel() == best);
   attnkit::set_bf16_kernel(Bf16Kernel::kAvx512Bf16);
   attnkit::force_simd_target("AVX2");

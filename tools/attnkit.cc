@@ -51,7 +51,7 @@ std::string version_text() {
          "\ncompiled in: " + join(attnkit::compiled_simd_targets()) +
          "\nbf16 products (--precision bf16): " + attnkit::bf16_kernel_name(attnkit::bf16_kernel()) +
          (std::getenv("ATTNKIT_BF16") ? " (ATTNKIT_BF16)" : "") +
-         (attnkit::avx512_target_in_use() ? "" : " (the target is not AVX-512)") +
+         (attnkit::avx512_allowed() ? "" : " (the target is not AVX-512)") +
          "; this CPU has: " + attnkit::bf16_kernels_available() +
          (attnkit::bf16_kernel_note().empty() ? "" : " (" + attnkit::bf16_kernel_note() + ")") +
 #ifdef ATTNKIT_HAVE_MPI
