@@ -51,7 +51,9 @@ std::vector<std::string> compiled_simd_targets() {
 }
 
 std::vector<std::string> supported_simd_targets() {
-  // What the CPU supports, whatever force_simd_target disabled.
+  // What the CPU supports, whatever force_simd_target disabled. (DisableTargets again after
+  // asking: in Highway 1.0.3 SupportedTargets() also re-chooses the dispatch target from every
+  // target the CPU has, which would undo a forced one.)
   const int64_t disabled = g_disabled;
   hwy::DisableTargets(0);
   const int64_t supported = hwy::SupportedTargets() & HWY_TARGETS;

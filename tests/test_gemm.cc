@@ -17,6 +17,7 @@
 #include "hwy_targets.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
+#include "ops/gemm_bf16.h"
 #include "engine/simd_target.h"
 
 namespace {
@@ -689,9 +690,13 @@ TEST_CASE("force_simd_target moves every kernel to a lower target and back and r
     attnkit::force_simd_target(lower);  // case-insensitive
     CHECK(std::string(attnkit::simd_target_name()) == name);
     CHECK(attnkit::supported_simd_targets() == supported);  // asking does not undo the choice
+    CHECK(std::string(attnkit::simd_target_name()) == name);
+    CHECK(attnkit::avx512_target_in_use() == (name.rfind("AVX3", 0) == 0));
+    CHECK(attnkit::avx512_allowed() == (name.rfind("AVX3", 0) == 0));  // the bf16 kernels' rule
   }
   attnkit::force_simd_target("best");
   CHECK(std::string(attnkit::simd_target_name()) == best);
+  CHECK(attnkit::avx512_allowed());
   CHECK_THROWS_WITH(attnkit::force_simd_target("AVX9"), Catch::Contains("unknown SIMD target 'AVX9'") &&
                                                              Catch::Contains(supported.front()));
   CHECK(std::string(attnkit::simd_target_name()) == best);  // a bad name changes nothing
