@@ -45,7 +45,7 @@ HWY_NOINLINE void GemmSmallProductRest(const gemm_detail::GemmArgs& g) {
 
 void GemmSmallProductTarget(const gemm_detail::GemmArgs& g) {
 #if ATTNKIT_HAVE_SMALL_GEMM
-  if (SmallOneTileNN(g) || PairOneTileNT(g) || SmallOneTileNT(g)) return;
+  if (SmallOneTileNN(g) || PairOneTileNT(g) || QuadOneTileNT(g) || SmallOneTileNT(g)) return;
 #endif
   GemmSmallProductRest(g);
 }

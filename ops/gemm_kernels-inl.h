@@ -6,8 +6,9 @@
 // 8 columns: UsePairsNT) an even-k and an odd-k chain, added; on its pairs path for A·B of 9 or
 // 10 columns (UsePairsNN) the same even + odd chains for columns 0..7, and for columns 8 and 9
 // eight chains (one per k % 8) added in a fixed tree; on its quads path for the same products
-// where 512-bit operations issue in halves (UseQuadsNN), one chain for each of columns 0..7
-// and for columns 8 and 9 four (one per k % 4) added in a fixed tree. The tile an element falls in and the
+// where 512-bit operations issue in halves (UseQuadsNN), and on the same for A·Bᵀ of 9 or 10
+// columns (UseQuadsNT), one chain for each of columns 0..7 and for columns 8 and 9 four (one
+// per k % 4) added in a fixed tree. The tile an element falls in and the
 // slice that computes it never change that chain, which is what makes results bitwise
 // independent of the thread count.
 
@@ -118,6 +119,11 @@ HWY_INLINE bool ShapePathRows(const GemmArgs& g, int64_t i0, int64_t i1, int64_t
   if (UseQuadsNN(g)) {  // as UsePairsNN's, for cores that split 512-bit operations
     HWY_DASSERT(j0 == 0 && j1 == g.n);
     QuadRowsNN(g, i0, i1, j0, j1, span);
+    return true;
+  }
+  if (UseQuadsNT(g)) {  // the same with B transposed
+    HWY_DASSERT(j0 == 0 && j1 == g.n);
+    QuadRowsNT(g, i0, i1, j0, j1, span);
     return true;
   }
   return false;

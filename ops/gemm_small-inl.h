@@ -8,8 +8,8 @@
 // Each element is the same FMA chain over k in increasing order, from zero, and the same
 // write-back (CombineVec) as the direct path's, so the values are bitwise the direct path's:
 // which of the two computes a block never changes a bit. The two pairs paths (UsePairsNT,
-// UsePairsNN) sum in their own orders instead, and so are chosen for a whole product by its
-// shape alone, never for a block.
+// UsePairsNN) and the two quads paths (UseQuadsNN, UseQuadsNT) sum in their own orders instead,
+// and so are chosen for a whole product by its shape alone, never for a block.
 
 // Per-target part: toggled include guard, as Highway's foreach_target.h requires.
 #if defined(ATTNKIT_OPS_GEMM_SMALL_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -861,25 +861,77 @@ HWY_INLINE void PackColumns89(const float* HWY_RESTRICT b, int64_t ldb, int64_t 
   if (k0 < k) _mm256_store_ps(packed + 2 * k0, Columns89QuadOfB<kTwo, false>(b + k0 * ldb + 8, ldb, k - k0));
 }
 
+// What a quads tile's stores need (QuadTileNN, QuadTileNT): alpha, beta and the bias of
+// columns 0..7 (8 lanes) and of columns 8..9 (DT: 2 lanes; column 8 alone in 1 without kTwo).
+template <bool kTwo>
+struct QuadStores {
+  using D8 = hn::Full256<float>;
+  using DT = std::conditional_t<kTwo, hn::Full64<float>, hn::Full32<float>>;
+  hn::Vec<D8> va8, vb8, bias8;
+  hn::Vec<DT> vat, vbt, biast;
+  Combine combine;
+  QuadStores(const GemmArgs& g, int64_t j, bool bias)
+      : va8(hn::Set(D8(), g.alpha)),
+        vb8(hn::Set(D8(), g.beta)),
+        bias8(bias ? hn::LoadU(D8(), g.bias + j) : hn::Zero(D8())),
+        vat(hn::Set(DT(), g.alpha)),
+        vbt(hn::Set(DT(), g.beta)),
+        biast(bias ? hn::LoadU(DT(), g.bias + j + 8) : hn::Zero(DT())),
+        combine(SmallCombine(g)) {}
+};
+
+// A quads tile's R rows stored at c (row i of g, column j): acc[r] holds row r's columns 0..7,
+// acc2[r] lanes q and 4 + q its columns 8 and 9 over the k of kk % 4 = q. Those lanes are added
+// (l0 + l1) + (l2 + l3), the same tree for every row whatever its tile.
+template <int R, bool kTwo, bool kBias, bool kEpilogue>
+HWY_INLINE void StoreQuadRows(const GemmArgs& g, const QuadStores<kTwo>& st, const __m256 (&acc)[R],
+                              const __m256 (&acc2)[R], int64_t i, int64_t j, float* HWY_RESTRICT c) {
+  const hn::Full256<float> d8;
+  using V8 = hn::Vec<decltype(d8)>;
+  using DT = typename QuadStores<kTwo>::DT;
+  using VT = hn::Vec<DT>;
+  const DT dt;
+  const int64_t ldc = g.ldc;
+  // Rows in fours: sums[w] lanes 0..3 = rows 4w..4w + 3's column 8, lanes 4..7 their column 9.
+  constexpr int kW = (R + 3) / 4;
+  __m256 sums[kW];
+#pragma GCC unroll 3
+  for (int w = 0; w < kW; ++w) {
+    const __m256 zero = _mm256_setzero_ps();
+    const __m256 h0 = _mm256_hadd_ps(acc2[4 * w], 4 * w + 1 < R ? acc2[4 * w + 1] : zero);
+    const __m256 h1 = _mm256_hadd_ps(4 * w + 2 < R ? acc2[4 * w + 2] : zero, 4 * w + 3 < R ? acc2[4 * w + 3] : zero);
+    sums[w] = _mm256_hadd_ps(h0, h1);
+  }
+  // Each row in two plain stores: columns 0..7 (8 lanes) and 8..9 (2 lanes, 1 without kTwo).
+  // One masked 512-bit store a row instead cost Zen 4 more than the row's FMAs at k = 16.
+  const auto store_rows = [&](auto combine_tag, auto kind_tag) ATTNKIT_INLINE_LAMBDA {
+    constexpr Combine kCombine = decltype(combine_tag)::value;
+    constexpr EpilogueKind kKind = decltype(kind_tag)::value;
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      const int s = r & 3;
+      const __m256i pick = _mm256_setr_epi32(s, s + 4, 0, 0, 0, 0, 0, 0);
+      const __m128 tail = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(sums[r / 4], pick));
+      float* HWY_RESTRICT cr = c + r * ldc;
+      SmallStoreVec<false, kBias, kKind>(d8, V8{acc[r]}, st.va8, st.vb8, kCombine, hn::FirstN(d8, 8), st.bias8, g, i + r, j,
+                                         cr);
+      SmallStoreVec<false, kBias, kKind>(dt, VT{tail}, st.vat, st.vbt, kCombine, hn::FirstN(dt, 2), st.biast, g, i + r,
+                                         j + 8, cr + 8);
+    }
+  };
+  WithStores<kEpilogue>(st.combine, g, store_rows);
+}
+
 // Rows i..i+R (R <= kQuadsNNRows), columns j..j+cols (9 or 10: kTwo) of every product of span
 // (see UseQuadsNN). packed: the one product's PackColumns89, or null (a batch: B's columns 8
 // and 9 built in the k loop).
 template <int R, bool kTwo, bool kBias, bool kEpilogue>
 HWY_INLINE void QuadTileNN(const GemmArgs& g, const ProductSpan& span, int64_t i, int64_t j, int64_t cols,
                            const float* packed) {
-  // Columns 0..7 in 8 lanes (d8), columns 8..9 in 2 (dt; column 8 alone in 1 without kTwo).
-  const hn::Full256<float> d8;
-  using V8 = hn::Vec<decltype(d8)>;
-  using DT = std::conditional_t<kTwo, hn::Full64<float>, hn::Full32<float>>;
-  const DT dt;
-  using VT = hn::Vec<DT>;
+  // Columns 0..7 in 8 lanes, columns 8..9 in 2 (column 8 alone in 1 without kTwo).
   (void)cols;
   const int64_t lda = g.lda, ldb = g.ldb, k = g.k, ldc = g.ldc;
-  const V8 va8 = hn::Set(d8, g.alpha), vb8 = hn::Set(d8, g.beta);
-  const VT vat = hn::Set(dt, g.alpha), vbt = hn::Set(dt, g.beta);
-  const Combine combine = SmallCombine(g);
-  const V8 bias8 = kBias ? hn::LoadU(d8, g.bias + j) : hn::Zero(d8);
-  const VT biast = kBias ? hn::LoadU(dt, g.bias + j + 8) : hn::Zero(dt);
+  const QuadStores<kTwo> st(g, j, kBias);
   const float* const a0 = g.a + i * lda;
   const float* const b0 = g.b + j;
   float* const c0 = g.c + i * ldc + j;
@@ -937,34 +989,7 @@ HWY_INLINE void QuadTileNN(const GemmArgs& g, const ProductSpan& span, int64_t i
     } else {
       k_loop(std::false_type());
     }
-    // Rows in fours: sums[w] lanes 0..3 = rows 4w..4w + 3's column 8, lanes 4..7 their column 9.
-    constexpr int kW = (R + 3) / 4;
-    __m256 sums[kW];
-#pragma GCC unroll 3
-    for (int w = 0; w < kW; ++w) {
-      const __m256 zero = _mm256_setzero_ps();
-      const __m256 h0 = _mm256_hadd_ps(acc2[4 * w], 4 * w + 1 < R ? acc2[4 * w + 1] : zero);
-      const __m256 h1 = _mm256_hadd_ps(4 * w + 2 < R ? acc2[4 * w + 2] : zero, 4 * w + 3 < R ? acc2[4 * w + 3] : zero);
-      sums[w] = _mm256_hadd_ps(h0, h1);
-    }
-    // Each row in two plain stores: columns 0..7 (8 lanes) and 8..9 (2 lanes, 1 without kTwo).
-    // One masked 512-bit store a row instead cost Zen 4 more than the row's FMAs at k = 16.
-    const auto store_rows = [&](auto combine_tag, auto kind_tag) ATTNKIT_INLINE_LAMBDA {
-      constexpr Combine kCombine = decltype(combine_tag)::value;
-      constexpr EpilogueKind kKind = decltype(kind_tag)::value;
-#pragma GCC unroll 12
-      for (int r = 0; r < R; ++r) {
-        const int s = r & 3;
-        const __m256i pick = _mm256_setr_epi32(s, s + 4, 0, 0, 0, 0, 0, 0);
-        const __m128 tail = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(sums[r / 4], pick));
-        float* HWY_RESTRICT cr = c + r * ldc;
-        SmallStoreVec<false, kBias, kKind>(d8, V8{acc[r]}, va8, vb8, kCombine, hn::FirstN(d8, 8), bias8, g, i + r, j,
-                                           cr);
-        SmallStoreVec<false, kBias, kKind>(dt, VT{tail}, vat, vbt, kCombine, hn::FirstN(dt, 2), biast, g, i + r,
-                                           j + 8, cr + 8);
-      }
-    };
-    WithStores<kEpilogue>(combine, g, store_rows);
+    StoreQuadRows<R, kTwo, kBias, kEpilogue>(g, st, acc, acc2, i, j, c);
   };
   ForEachProduct(span, a0, b0, c0, product);
 }
@@ -983,16 +1008,157 @@ HWY_INLINE void QuadRowsNN(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0
   });
 }
 
+// Products with a transposed B of 9 or 10 columns and A not transposed (Q·Kᵀ and dY·Vᵀ at
+// T = 9 or 10) where 512-bit operations issue in halves (gemm_detail::avx512_halves, Zen 4):
+// SmallTileNT's 512-bit rows keep 10 of 16 lanes busy, and its transposes of B cost 3.5 512-bit
+// shuffles a k-step. Here, as UseQuadsNN's, in 256-bit vectors with every lane working:
+// - columns 0..7: one 8-lane vector a row, A(r, kk) broadcast, op(B)'s rows from an 8 × 8
+//   transpose of B's rows 0..7 every 8 k-steps (3 256-bit shuffles a k-step); one FMA chain a
+//   column over k in increasing order from zero (SmallTileNT's chains: the same bits there);
+// - columns 8 and 9 with k in quads: lanes q and 4 + q of a row's second vector sum
+//   A(r, kk)·B(8, kk) and A(r, kk)·B(9, kk) over the kk of kk % 4 = q, B's two quads read as
+//   they lie (one load and one insert); a last quad of 1..3 k-steps zero in A's and B's lanes
+//   past k; added after the k loop as QuadTileNN's (StoreQuadRows).
+// Chosen on the whole product's shape, never a block's (see UsePairsNT).
+HWY_INLINE bool UseQuadsNT(const GemmArgs& g) {
+  return gemm_detail::avx512_halves && g.trans_b && !g.trans_a && g.n >= 9 && g.n <= 10 && g.k <= 256;
+}
+
+// Rows of a quads-NT tile: 2 · R accumulators of 8 lanes beside op(B)'s 8 rows and the
+// operands in the 32 vector registers.
+inline constexpr int64_t kQuadsNTRows = 10;
+
+// Lanes 0..3: B(8, k0 + q), lanes 4..7: B(9, k0 + q) (zero without kTwo), for q < kc (zero past
+// it); b8 = B's row 8 at k0.
+template <bool kTwo, bool kWhole>
+HWY_INLINE __m256 Columns89QuadOfBT(const float* HWY_RESTRICT b8, int64_t ldb, int64_t kc) {
+  __m128 lo, hi = _mm_setzero_ps();
+  if constexpr (kWhole) {
+    lo = _mm_loadu_ps(b8);
+    if constexpr (kTwo) hi = _mm_loadu_ps(b8 + ldb);
+  } else {
+    const __mmask8 kb = static_cast<__mmask8>((1u << kc) - 1);
+    lo = _mm_maskz_loadu_ps(kb, b8);
+    if constexpr (kTwo) hi = _mm_maskz_loadu_ps(kb, b8 + ldb);
+  }
+  return _mm256_set_m128(hi, lo);
+}
+
+// Rows i..i+R (R <= kQuadsNTRows), columns j..j+cols (9 or 10: kTwo) of every product of span
+// (see UseQuadsNT).
+template <int R, bool kTwo, bool kBias, bool kEpilogue>
+HWY_INLINE void QuadTileNT(const GemmArgs& g, const ProductSpan& span, int64_t i, int64_t j, int64_t cols) {
+  static_assert(R <= kQuadsNTRows, "see kQuadsNTRows");
+  const hn::Full256<float> d8;
+  (void)cols;
+  const int64_t lda = g.lda, ldb = g.ldb, k = g.k, ldc = g.ldc;
+  const QuadStores<kTwo> st(g, j, kBias);
+  const float* const a0 = g.a + i * lda;
+  const float* const b0 = g.b + j * ldb;
+  float* const c0 = g.c + i * ldc + j;
+  const auto product = [&](const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
+                           float* HWY_RESTRICT c) ATTNKIT_INLINE_LAMBDA {
+    __m256 acc[R], acc2[R];
+#pragma GCC unroll 10
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), acc2[r] = _mm256_setzero_ps();
+    // A's rows from two bases 6 rows apart, as SmallTileNN's (ATileValue).
+    const float* HWY_RESTRICT ak = a;
+    const float* HWY_RESTRICT ak6 = R > 6 ? a + 6 * lda : a;
+    const float* HWY_RESTRICT b8 = b + 8 * ldb;
+    // The next kc <= 8 k-steps (kWhole: 8), from k0.
+    const auto chunk = [&](int64_t k0, int64_t kc, auto whole_tag) ATTNKIT_INLINE_LAMBDA {
+      constexpr bool kWhole = decltype(whole_tag)::value;
+      V8 bt[8];  // bt[q]: columns 0..7 of op(B)'s row k0 + q
+      {
+        V8 in[8];
+        if constexpr (kWhole) {
+#pragma GCC unroll 8
+          for (int q = 0; q < 8; ++q) in[q] = hn::LoadU(d8, b + q * ldb + k0);
+        } else {
+          const auto km = hn::FirstN(d8, static_cast<size_t>(kc));
+#pragma GCC unroll 8
+          for (int q = 0; q < 8; ++q) in[q] = hn::MaskedLoad(km, d8, b + q * ldb + k0);
+        }
+        Transpose8x8(in, bt);
+      }
+      // Columns 8 and 9, one quad (or the last kq < 4 k-steps) at k0 + 4h.
+      const auto quad = [&](int h, int64_t kq, auto whole_quad) ATTNKIT_INLINE_LAMBDA {
+        constexpr bool kWholeQuad = decltype(whole_quad)::value;
+        const __m256 b89 = Columns89QuadOfBT<kTwo, kWholeQuad>(b8 + k0 + 4 * h, ldb, kq);
+        const __mmask8 ka = static_cast<__mmask8>((1u << kq) - 1);
+#pragma GCC unroll 10
+        for (int r = 0; r < R; ++r) {
+          const float* HWY_RESTRICT ar = ATileRow<R>(ak, ak6, lda, r) + 4 * h;
+          __m256 av;
+          if constexpr (kWholeQuad) {
+            av = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(ar));
+          } else {
+            const __m128 q4 = _mm_maskz_loadu_ps(ka, ar);
+            av = _mm256_set_m128(q4, q4);
+          }
+          acc2[r] = _mm256_fmadd_ps(av, b89, acc2[r]);
+        }
+      };
+      if constexpr (kWhole) {
+        quad(0, 4, std::true_type());
+        quad(1, 4, std::true_type());
+      } else if (kc > 4) {
+        quad(0, 4, std::true_type());
+        quad(1, kc - 4, std::false_type());
+      } else if (kc == 4) {
+        quad(0, 4, std::true_type());
+      } else {
+        quad(0, kc, std::false_type());
+      }
+#pragma GCC unroll 8
+      for (int q = 0; q < 8; ++q) {
+        if (!kWhole && q >= kc) break;
+#pragma GCC unroll 10
+        for (int r = 0; r < R; ++r)
+          acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(ATileValue<R>(ak, ak6, lda, r)), bt[q].raw, acc[r]);
+        ak += 1;
+        ak6 += 1;
+      }
+    };
+    int64_t k0 = 0;
+#pragma GCC unroll 1
+    for (; k0 + 8 <= k; k0 += 8) chunk(k0, 8, std::true_type());
+    if (k0 < k) chunk(k0, k - k0, std::false_type());
+    StoreQuadRows<R, kTwo, kBias, kEpilogue>(g, st, acc, acc2, i, j, c);
+  };
+  ForEachProduct(span, a0, b0, c0, product);
+}
+
+// Rows [i0, i1) of every product of span in tiles of at most kQuadsNTRows rows (see UseQuadsNT).
+HWY_INLINE void QuadRowsNT(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1, const ProductSpan& span) {
+  WithFlag(j1 - j0 == 10, [&](auto two) {
+    ForEachPairTile<static_cast<int>(kQuadsNTRows)>(g, i0, i1, [&](auto r_tag, auto b, auto e, int64_t i) {
+      QuadTileNT<decltype(r_tag)::value, decltype(two)::value, decltype(b)::value, decltype(e)::value>(
+          g, span, i, j0, j1 - j0);
+    });
+  });
+}
+
 // sgemm_slice's whole products of at most kSmallRows1 rows are never the packed or short-k
 // path's (both need m >= 48), so the per-call paths below need not ask.
 inline constexpr bool kOneTileRowsNeverPacked = kSmallRows1 < 48;
 static_assert(kOneTileRowsNeverPacked, "see use_packed_path and use_short_k_path");
 
 // One whole product of R rows, no bias and no epilogue (sgemm_slice's per-call Q·Kᵀ and dY·Vᵀ):
-// on the pairs path at T <= 8 (5 to 8 columns), in SmallTileNT's full vectors at T = 9 to 16.
+// on the pairs path at T <= 8 (5 to 8 columns), on the quads path at T = 9 or 10 where 512-bit
+// operations issue in halves (R <= kQuadsNTRows), else in SmallTileNT's full vectors at T = 9 to 16.
 template <int R>
 struct PairTileOne {
   static HWY_NOINLINE void Run(const GemmArgs& g) { PairTileNT<R, false, false>(g, ProductSpan{}, 0, 0, g.n); }
+};
+template <int R>
+struct QuadTileOneNT {
+  static HWY_NOINLINE void Run(const GemmArgs& g) {
+    if constexpr (R <= kQuadsNTRows) {
+      if (g.n == 10) return QuadTileNT<R, true, false, false>(g, ProductSpan{}, 0, 0, g.n);
+      QuadTileNT<R, false, false, false>(g, ProductSpan{}, 0, 0, g.n);
+    }
+  }
 };
 template <int R>
 struct SmallTileOneNT {
@@ -1020,13 +1186,24 @@ HWY_INLINE bool PairOneTileNT(const GemmArgs& g) {
   return true;
 }
 
+// The per-call form of QuadRowsNT: a whole product of at most kQuadsNTRows rows on the quads
+// path, without bias or epilogue, straight to its tile function; false (nothing done) for any
+// other product.
+HWY_INLINE bool QuadOneTileNT(const GemmArgs& g) {
+  if (!UseQuadsNT(g) || g.m > kQuadsNTRows || g.bias != nullptr || g.has_epilogue()) return false;
+  RunOneTile<QuadTileOneNT>(g);
+  return true;
+}
+
 // A whole product with B transposed, A not, no bias and no epilogue, that the small path
 // computes in one row tile of SmallTileNT (the choice GemmSmall makes, made here): straight to
 // its tile function. False (nothing done) for any other product, and for the pairs path's
 // (UsePairsNT, which takes them first). 9 to 16 columns reach it (5 to 8 are the pairs path's,
 // fewer not the small path's), so GemmSmall would pick full vectors.
 HWY_INLINE bool SmallOneTileNT(const GemmArgs& g) {
-  if (!g.trans_b || g.trans_a || g.m > kSmallRows1 || UsePairsNT(g) || !UseSmallPath(g, 0, g.m, 0, g.n)) return false;
+  if (!g.trans_b || g.trans_a || g.m > kSmallRows1 || UsePairsNT(g) || UseQuadsNT(g) ||
+      !UseSmallPath(g, 0, g.m, 0, g.n))
+    return false;
   RunOneTile<SmallTileOneNT>(g);
   return true;
 }

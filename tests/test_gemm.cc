@@ -986,6 +986,73 @@ TEST_CASE("products of 9 or 10 columns with B not transposed (k in pairs and oct
   }
 }
 
+// A transposed B of 9 or 10 columns with A not transposed (Q·Kᵀ and dY·Vᵀ at T = 9 or 10):
+// where 512-bit operations issue in halves, columns 0..7 in 8-lane rows from 8 × 8 transposes
+// of B and columns 8..9 with k in quads (UseQuadsNT), a last chunk of 1..7 k-steps, a last quad
+// of 1..3, tiles of up to 10 rows; where they are whole, SmallTileNT's 16-lane rows. Both ways
+// on every CPU: the double reference, the same bits whatever the slices, the batching or the
+// row a product starts at, a bias in the same stores, infinities where the lanes past k could
+// have made inf · 0 = NaN, and NaN in the padding past k never read as a value.
+TEST_CASE("products with a transposed B of 9 or 10 columns (quads, or 16-lane rows) match a double reference",
+          "[gemm]") {
+  const std::vector<std::pair<float, float>> scalars = {{1, 0}, {-0.5f, 1}, {2, -0.5f}, {2, 0}};
+  for (attnkit::Avx512Width width : {attnkit::Avx512Width::kFull, attnkit::Avx512Width::kHalves}) {
+    const ScopedAvx512Width scoped(width);
+    attnkit::test::for_each_simd_target([&](const std::string& target_name) {
+      const std::string target = target_name + (width == attnkit::Avx512Width::kFull ? " full" : " halves");
+      uint32_t seed = 7700;
+      for (int64_t m : {1, 2, 9, 10, 11, 19, 21, 40, 130})
+        for (int64_t n : {9, 10})
+          for (int64_t k : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 15, 16, 17, 20, 31, 32, 33, 36, 64, 255, 256, 257}) {
+            const auto [alpha, beta] = scalars[seed % scalars.size()];
+            const int64_t pad = seed % 3 == 0 ? 0 : seed % 3 == 1 ? 1 : 17;
+            const Problem p = make_problem(false, true, m, n, k, alpha, beta, pad, seed);
+            ++seed;
+            INFO(target << " m=" << m << " n=" << n << " k=" << k << " beta=" << beta << " pad=" << pad);
+            const std::vector<float> one = check_slices_and_bias(p, seed);
+            // Rows 3.. as a product of their own: the same sums, bitwise.
+            if (m > 3 && beta == 0.0f) {
+              std::vector<float> tail(static_cast<size_t>((m - 3) * p.ldc), 0.0f);
+              attnkit::sgemm_slice(false, true, m - 3, n, k, alpha, p.a.data() + 3 * p.lda, p.lda, p.b.data(), p.ldb,
+                                   0.0f, tail.data(), p.ldc, Slice{});
+              for (int64_t i = 0; i < m - 3; ++i)
+                REQUIRE(std::memcmp(tail.data() + i * p.ldc, one.data() + (i + 3) * p.ldc, n * sizeof(float)) == 0);
+            }
+          }
+      for (int64_t n : {9, 10}) {
+        // Infinities in A's last k-step (a last chunk, a last quad) meet a finite B: ±inf in every
+        // column, never NaN from the lanes past k.
+        for (int64_t k : {1, 3, 5, 7, 9, 13, 15, 17, 33}) {
+          Problem p = make_problem(false, true, 10, n, k, 1.0f, 0.0f, 0, 7650 + static_cast<uint32_t>(k));
+          for (int64_t i = 0; i < p.m; ++i) p.a[i * p.lda + k - 1] = std::numeric_limits<float>::infinity();
+          for (int64_t j = 0; j < p.n; ++j) p.b[j * p.ldb + k - 1] = j % 2 ? 1.0f : -1.0f;
+          const std::vector<float> got = run_slices(p, 1);
+          for (int64_t i = 0; i < p.m; ++i)
+            for (int64_t j = 0; j < p.n; ++j) {
+              INFO(target << " k=" << k << " n=" << n << " C[" << i << "," << j << "] = " << got[i * p.ldc + j]);
+              REQUIRE(got[i * p.ldc + j] == (j % 2 ? 1.0f : -1.0f) * std::numeric_limits<float>::infinity());
+            }
+        }
+        // NaN in the padding past k of A's and B's rows: never read as values.
+        for (int64_t k : {2, 6, 7, 10, 14, 16, 31, 33}) {
+          Problem p = make_problem(false, true, 13, n, k, 1.0f, 0.0f, 5, 7680 + static_cast<uint32_t>(k));
+          for (int64_t i = 0; i < p.m; ++i)
+            for (int64_t q = k; q < p.lda; ++q) p.a[i * p.lda + q] = std::numeric_limits<float>::quiet_NaN();
+          for (int64_t j = 0; j < p.n; ++j)
+            for (int64_t q = k; q < p.ldb; ++q) p.b[j * p.ldb + q] = std::numeric_limits<float>::quiet_NaN();
+          INFO(target << " NaN padding, k=" << k << " n=" << n);
+          check_against_reference(p, run_slices(p, 1));
+        }
+        // A batch: bitwise one call per product.
+        for (int64_t k : {16, 32, 45}) {
+          INFO(target << " batch, k=" << k << " n=" << n);
+          require_batch_matches_calls(true, 10, n, k, 7, 7800);
+        }
+      }
+    });
+  }
+}
+
 // The attention products of the lesson models (one sgemm_slice per (batch, head) over
 // interleaved heads, T = 8 / 10, head size 16 / 32): the small path's strided operands, C
 // columns of the other heads untouched.
