@@ -1064,8 +1064,7 @@ HWY_INLINE void QuadTileNT(const GemmArgs& g, const ProductSpan& span, int64_t i
     // A's rows from two bases 6 rows apart, as SmallTileNN's (ATileValue).
     const float* HWY_RESTRICT ak = a;
     const float* HWY_RESTRICT ak6 = R > 6 ? a + 6 * lda : a;
-    const float* HWY_RESTRICT b8 = b + 8 * ldb;
-    // The next kc <= 8 k-steps (kWhole: 8), from k0.
+    // Columns 0..7, the next kc <= 8 k-steps from k0 (kWhole: 8).
     const auto chunk = [&](int64_t k0, int64_t kc, auto whole_tag) ATTNKIT_INLINE_LAMBDA {
       constexpr bool kWhole = decltype(whole_tag)::value;
       V8 bt[8];  // bt[q]: columns 0..7 of op(B)'s row k0 + q
@@ -1081,35 +1080,6 @@ HWY_INLINE void QuadTileNT(const GemmArgs& g, const ProductSpan& span, int64_t i
         }
         Transpose8x8(in, bt);
       }
-      // Columns 8 and 9, one quad (or the last kq < 4 k-steps) at k0 + 4h.
-      const auto quad = [&](int h, int64_t kq, auto whole_quad) ATTNKIT_INLINE_LAMBDA {
-        constexpr bool kWholeQuad = decltype(whole_quad)::value;
-        const __m256 b89 = Columns89QuadOfBT<kTwo, kWholeQuad>(b8 + k0 + 4 * h, ldb, kq);
-        const __mmask8 ka = static_cast<__mmask8>((1u << kq) - 1);
-#pragma GCC unroll 10
-        for (int r = 0; r < R; ++r) {
-          const float* HWY_RESTRICT ar = ATileRow<R>(ak, ak6, lda, r) + 4 * h;
-          __m256 av;
-          if constexpr (kWholeQuad) {
-            av = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(ar));
-          } else {
-            const __m128 q4 = _mm_maskz_loadu_ps(ka, ar);
-            av = _mm256_set_m128(q4, q4);
-          }
-          acc2[r] = _mm256_fmadd_ps(av, b89, acc2[r]);
-        }
-      };
-      if constexpr (kWhole) {
-        quad(0, 4, std::true_type());
-        quad(1, 4, std::true_type());
-      } else if (kc > 4) {
-        quad(0, 4, std::true_type());
-        quad(1, kc - 4, std::false_type());
-      } else if (kc == 4) {
-        quad(0, 4, std::true_type());
-      } else {
-        quad(0, kc, std::false_type());
-      }
 #pragma GCC unroll 8
       for (int q = 0; q < 8; ++q) {
         if (!kWhole && q >= kc) break;
@@ -1124,6 +1094,30 @@ HWY_INLINE void QuadTileNT(const GemmArgs& g, const ProductSpan& span, int64_t i
 #pragma GCC unroll 1
     for (; k0 + 8 <= k; k0 += 8) chunk(k0, 8, std::true_type());
     if (k0 < k) chunk(k0, k - k0, std::false_type());
+    // Columns 8 and 9 in a loop of their own (in the one above, their accumulators beside op(B)'s
+    // rows and the transpose's spilled to the stack), one quad (or the last kq < 4 k-steps) at k0.
+    const float* HWY_RESTRICT b8 = b + 8 * ldb;
+    const auto quad = [&](int64_t q0, int64_t kq, auto whole_quad) ATTNKIT_INLINE_LAMBDA {
+      constexpr bool kWholeQuad = decltype(whole_quad)::value;
+      const __m256 b89 = Columns89QuadOfBT<kTwo, kWholeQuad>(b8 + q0, ldb, kq);
+      const __mmask8 ka = static_cast<__mmask8>((1u << kq) - 1);
+#pragma GCC unroll 10
+      for (int r = 0; r < R; ++r) {
+        const float* HWY_RESTRICT ar = ATileRow<R>(a, R > 6 ? a + 6 * lda : a, lda, r) + q0;
+        __m256 av;
+        if constexpr (kWholeQuad) {
+          av = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(ar));
+        } else {
+          const __m128 q4 = _mm_maskz_loadu_ps(ka, ar);
+          av = _mm256_set_m128(q4, q4);
+        }
+        acc2[r] = _mm256_fmadd_ps(av, b89, acc2[r]);
+      }
+    };
+    int64_t q0 = 0;
+#pragma GCC unroll 1
+    for (; q0 + 4 <= k; q0 += 4) quad(q0, 4, std::true_type());
+    if (q0 < k) quad(q0, k - q0, std::false_type());
     StoreQuadRows<R, kTwo, kBias, kEpilogue>(g, st, acc, acc2, i, j, c);
   };
   ForEachProduct(span, a0, b0, c0, product);
