@@ -82,7 +82,7 @@ void force_simd_target(const std::string& name) {
     // Every better target (a lower bit) is disabled; the chosen one is then the best left.
     // Below AVX3 the bf16 kernels (AVX-512 code of their own) are off too: bf16_kernel() is none.
     disable(t - 1);
-    set_avx512_allowed(wanted.rfind("AVX3", 0) == 0);
+    set_avx512_allowed(avx512_target_in_use());
     return;
   }
   throw Error("unknown SIMD target '" + name + "' (compiled in: " + joined(compiled_simd_targets()) +
