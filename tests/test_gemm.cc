@@ -838,6 +838,33 @@ void require_batch_matches_calls(bool trans_b, int64_t m, int64_t n, int64_t k, 
   REQUIRE(std::memcmp(batched.data(), single.data(), count * m * n * sizeof(float)) == 0);
 }
 
+// The sweep of the 9-or-10-column tests: A·op(B) (op(B) = Bᵀ with trans_b) for every m of a
+// fixed list, n = 9 and 10 and k of ks, scalars and padding from the seed; each against the
+// double reference, bitwise over slices and with a bias (check_slices_and_bias), and its rows
+// 3.. as a product of their own bitwise the same (the sums do not depend on the row a product
+// starts at).
+void check_ten_column_sweep(bool trans_b, const std::vector<int64_t>& ks, uint32_t seed, const std::string& target) {
+  const std::vector<std::pair<float, float>> scalars = {{1, 0}, {-0.5f, 1}, {2, -0.5f}, {2, 0}};
+  for (int64_t m : {1, 2, 9, 10, 11, 19, 21, 40, 130})
+    for (int64_t n : {9, 10})
+      for (int64_t k : ks) {
+        const auto [alpha, beta] = scalars[seed % scalars.size()];
+        const int64_t pad = seed % 3 == 0 ? 0 : seed % 3 == 1 ? 1 : 17;
+        const Problem p = make_problem(false, trans_b, m, n, k, alpha, beta, pad, seed);
+        ++seed;
+        INFO(target << " tb=" << trans_b << " m=" << m << " n=" << n << " k=" << k << " beta=" << beta
+                    << " pad=" << pad);
+        const std::vector<float> one = check_slices_and_bias(p, seed);
+        if (m > 3 && beta == 0.0f) {
+          std::vector<float> tail(static_cast<size_t>((m - 3) * p.ldc), 0.0f);
+          attnkit::sgemm_slice(false, trans_b, m - 3, n, k, alpha, p.a.data() + 3 * p.lda, p.lda, p.b.data(), p.ldb,
+                               0.0f, tail.data(), p.ldc, Slice{});
+          for (int64_t i = 0; i < m - 3; ++i)
+            REQUIRE(std::memcmp(tail.data() + i * p.ldc, one.data() + (i + 3) * p.ldc, n * sizeof(float)) == 0);
+        }
+      }
+}
+
 }  // namespace
 
 // The AVX-512 width choice (set_gemm_avx512_width / ATTNKIT_AVX512_WIDTH, chosen per CPU): for
@@ -923,33 +950,16 @@ TEST_CASE("products with a transposed B of 5 to 8 columns (k in pairs) match a d
 // infinities where the lanes past k could have made inf · 0 = NaN.
 TEST_CASE("products of 9 or 10 columns with B not transposed (k in pairs and octets, or quads) match a double reference",
           "[gemm]") {
-  const std::vector<std::pair<float, float>> scalars = {{1, 0}, {-0.5f, 1}, {2, -0.5f}, {2, 0}};
-  // The pairs path where 512-bit operations are whole, the small path for a core that splits
+  // The pairs path where 512-bit operations are whole, the quads path for a core that splits
   // them (Zen 4): both ways on every CPU.
   for (attnkit::Avx512Width width : {attnkit::Avx512Width::kFull, attnkit::Avx512Width::kHalves}) {
     const ScopedAvx512Width scoped(width);
     attnkit::test::for_each_simd_target([&](const std::string& target_name) {
       const std::string target = target_name + (width == attnkit::Avx512Width::kFull ? " full" : " halves");
-      uint32_t seed = 7500;
-      for (int64_t m : {1, 2, 9, 10, 11, 19, 21, 40, 130})
-        for (int64_t n : {9, 10})
-          for (int64_t k : {1, 2, 3, 4, 5, 6, 7, 10, 13, 16, 31, 32, 33, 34, 38, 39, 40, 41, 47, 48, 49, 63, 64, 65, 127,
-                            128, 129, 255, 256, 257}) {
-            const auto [alpha, beta] = scalars[seed % scalars.size()];
-            const int64_t pad = seed % 3 == 0 ? 0 : seed % 3 == 1 ? 1 : 17;
-            const Problem p = make_problem(false, false, m, n, k, alpha, beta, pad, seed);
-            ++seed;
-            INFO(target << " m=" << m << " n=" << n << " k=" << k << " beta=" << beta << " pad=" << pad);
-            const std::vector<float> one = check_slices_and_bias(p, seed);
-            // Rows 3.. as a product of their own: the same sums, bitwise.
-            if (m > 3 && beta == 0.0f) {
-              std::vector<float> tail(static_cast<size_t>((m - 3) * p.ldc), 0.0f);
-              attnkit::sgemm_slice(false, false, m - 3, n, k, alpha, p.a.data() + 3 * p.lda, p.lda, p.b.data(), p.ldb,
-                                   0.0f, tail.data(), p.ldc, Slice{});
-              for (int64_t i = 0; i < m - 3; ++i)
-                REQUIRE(std::memcmp(tail.data() + i * p.ldc, one.data() + (i + 3) * p.ldc, n * sizeof(float)) == 0);
-            }
-          }
+      check_ten_column_sweep(false,
+                             {1, 2, 3, 4, 5, 6, 7, 10, 13, 16, 31, 32, 33, 34, 38, 39, 40, 41, 47, 48, 49, 63, 64, 65,
+                              127, 128, 129, 255, 256, 257},
+                             7500, target);
       // Infinities in A's last k-steps (the odd last k, the last octet) meet a finite B: ±inf in
       // every column, never NaN from the lanes past k.
       for (int64_t k : {5, 6, 7, 33, 34, 35, 39, 41, 47, 49}) {
@@ -995,30 +1005,12 @@ TEST_CASE("products of 9 or 10 columns with B not transposed (k in pairs and oct
 // have made inf · 0 = NaN, and NaN in the padding past k never read as a value.
 TEST_CASE("products with a transposed B of 9 or 10 columns (quads, or 16-lane rows) match a double reference",
           "[gemm]") {
-  const std::vector<std::pair<float, float>> scalars = {{1, 0}, {-0.5f, 1}, {2, -0.5f}, {2, 0}};
   for (attnkit::Avx512Width width : {attnkit::Avx512Width::kFull, attnkit::Avx512Width::kHalves}) {
     const ScopedAvx512Width scoped(width);
     attnkit::test::for_each_simd_target([&](const std::string& target_name) {
       const std::string target = target_name + (width == attnkit::Avx512Width::kFull ? " full" : " halves");
-      uint32_t seed = 7700;
-      for (int64_t m : {1, 2, 9, 10, 11, 19, 21, 40, 130})
-        for (int64_t n : {9, 10})
-          for (int64_t k : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 15, 16, 17, 20, 31, 32, 33, 36, 64, 255, 256, 257}) {
-            const auto [alpha, beta] = scalars[seed % scalars.size()];
-            const int64_t pad = seed % 3 == 0 ? 0 : seed % 3 == 1 ? 1 : 17;
-            const Problem p = make_problem(false, true, m, n, k, alpha, beta, pad, seed);
-            ++seed;
-            INFO(target << " m=" << m << " n=" << n << " k=" << k << " beta=" << beta << " pad=" << pad);
-            const std::vector<float> one = check_slices_and_bias(p, seed);
-            // Rows 3.. as a product of their own: the same sums, bitwise.
-            if (m > 3 && beta == 0.0f) {
-              std::vector<float> tail(static_cast<size_t>((m - 3) * p.ldc), 0.0f);
-              attnkit::sgemm_slice(false, true, m - 3, n, k, alpha, p.a.data() + 3 * p.lda, p.lda, p.b.data(), p.ldb,
-                                   0.0f, tail.data(), p.ldc, Slice{});
-              for (int64_t i = 0; i < m - 3; ++i)
-                REQUIRE(std::memcmp(tail.data() + i * p.ldc, one.data() + (i + 3) * p.ldc, n * sizeof(float)) == 0);
-            }
-          }
+      check_ten_column_sweep(true, {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 15, 16, 17, 20, 31, 32, 33, 36, 64, 255, 256, 257},
+                             7700, target);
       for (int64_t n : {9, 10}) {
         // Infinities in A's last k-step (a last chunk, a last quad) meet a finite B: ±inf in every
         // column, never NaN from the lanes past k.
