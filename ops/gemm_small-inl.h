@@ -804,13 +804,22 @@ HWY_INLINE void PairTileNN(const GemmArgs& g, const ProductSpan& span, int64_t i
   ForEachProduct(span, a0, b0, c0, product);
 }
 
+// Rows [i0, i1) of a product of 9 or 10 columns [j0, j1) in tiles of at most kMax rows:
+// f(rows_tag, two_tag, bias_tag, epilogue_tag, i), two_tag true for 10 columns (see
+// ForEachPairTile).
+template <int kMax, class F>
+HWY_INLINE void ForEachTenColumnTile(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1, const F& f) {
+  WithFlag(j1 - j0 == 10, [&](auto two) {
+    ForEachPairTile<kMax>(g, i0, i1, [&](auto r_tag, auto b, auto e, int64_t i) { f(r_tag, two, b, e, i); });
+  });
+}
+
 // Rows [i0, i1) of every product of span in tiles of at most kPairsNNRows rows (see UsePairsNN).
 HWY_INLINE void PairRowsNN(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1, const ProductSpan& span) {
-  WithFlag(j1 - j0 == 10, [&](auto two) {
-    ForEachPairTile<static_cast<int>(kPairsNNRows)>(g, i0, i1, [&](auto r_tag, auto b, auto e, int64_t i) {
-      PairTileNN<decltype(r_tag)::value, decltype(two)::value, decltype(b)::value, decltype(e)::value>(
-          g, span, i, j0, j1 - j0);
-    });
+  constexpr int kMax = static_cast<int>(kPairsNNRows);
+  ForEachTenColumnTile<kMax>(g, i0, i1, j0, j1, [&](auto r, auto two, auto b, auto e, int64_t i) {
+    constexpr int kRows = decltype(r)::value;
+    PairTileNN<kRows, decltype(two)::value, decltype(b)::value, decltype(e)::value>(g, span, i, j0, j1 - j0);
   });
 }
 
@@ -913,10 +922,10 @@ HWY_INLINE void StoreQuadRows(const GemmArgs& g, const QuadStores<kTwo>& st, con
       const __m256i pick = _mm256_setr_epi32(s, s + 4, 0, 0, 0, 0, 0, 0);
       const __m128 tail = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(sums[r / 4], pick));
       float* HWY_RESTRICT cr = c + r * ldc;
-      SmallStoreVec<false, kBias, kKind>(d8, V8{acc[r]}, st.va8, st.vb8, kCombine, hn::FirstN(d8, 8), st.bias8, g, i + r, j,
-                                         cr);
-      SmallStoreVec<false, kBias, kKind>(dt, VT{tail}, st.vat, st.vbt, kCombine, hn::FirstN(dt, 2), st.biast, g, i + r,
-                                         j + 8, cr + 8);
+      SmallStoreVec<false, kBias, kKind>(d8, V8{acc[r]}, st.va8, st.vb8, kCombine, hn::FirstN(d8, 8), st.bias8, g,
+                                         i + r, j, cr);
+      SmallStoreVec<false, kBias, kKind>(dt, VT{tail}, st.vat, st.vbt, kCombine, hn::FirstN(dt, 2), st.biast, g,
+                                         i + r, j + 8, cr + 8);
     }
   };
   WithStores<kEpilogue>(st.combine, g, store_rows);
@@ -1125,11 +1134,10 @@ HWY_INLINE void QuadTileNT(const GemmArgs& g, const ProductSpan& span, int64_t i
 
 // Rows [i0, i1) of every product of span in tiles of at most kQuadsNTRows rows (see UseQuadsNT).
 HWY_INLINE void QuadRowsNT(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1, const ProductSpan& span) {
-  WithFlag(j1 - j0 == 10, [&](auto two) {
-    ForEachPairTile<static_cast<int>(kQuadsNTRows)>(g, i0, i1, [&](auto r_tag, auto b, auto e, int64_t i) {
-      QuadTileNT<decltype(r_tag)::value, decltype(two)::value, decltype(b)::value, decltype(e)::value>(
-          g, span, i, j0, j1 - j0);
-    });
+  constexpr int kMax = static_cast<int>(kQuadsNTRows);
+  ForEachTenColumnTile<kMax>(g, i0, i1, j0, j1, [&](auto r, auto two, auto b, auto e, int64_t i) {
+    constexpr int kRows = decltype(r)::value;
+    QuadTileNT<kRows, decltype(two)::value, decltype(b)::value, decltype(e)::value>(g, span, i, j0, j1 - j0);
   });
 }
 

@@ -1009,7 +1009,8 @@ TEST_CASE("products with a transposed B of 9 or 10 columns (quads, or 16-lane ro
     const ScopedAvx512Width scoped(width);
     attnkit::test::for_each_simd_target([&](const std::string& target_name) {
       const std::string target = target_name + (width == attnkit::Avx512Width::kFull ? " full" : " halves");
-      check_ten_column_sweep(true, {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 15, 16, 17, 20, 31, 32, 33, 36, 64, 255, 256, 257},
+      check_ten_column_sweep(true,
+                             {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 15, 16, 17, 20, 31, 32, 33, 36, 64, 255, 256, 257},
                              7700, target);
       for (int64_t n : {9, 10}) {
         // Infinities in A's last k-step (a last chunk, a last quad) meet a finite B: ±inf in every
