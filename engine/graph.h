@@ -28,6 +28,10 @@ struct ParamInfo {
 
 // Per-op settings. Each op reads the fields it needs.
 struct NodeAttrs {
+  // kAttention: the heads. kLinear and its backward (made by the graph passes only): with
+  // heads > 1, x's columns and W's rows in that many blocks, each block times its rows of W
+  // into its own block of output columns (a folded attention's per-head value products;
+  // the bias, if any, in head 0's block).
   int64_t heads = 1;
   // kAttention, inference only (Graph::fold_attention_values): the output is the sum of the
   // heads' outputs, [B, Tq, Dv / heads]; with relu, max(·, 0) of it (and accumulate bit 0: of

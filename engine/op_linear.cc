@@ -1,4 +1,6 @@
 // Linear: y = x·W (+ b) with W stored [in, out] (the course's layout), x [..., in].
+#include <algorithm>
+
 #include "engine/op_table.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
@@ -22,12 +24,37 @@ void linear_build(Graph& g, Node& n) {
     if (b.dtype != DType::kF32 || b.shape.rank != 1 || b.shape[0] != w.shape[1])
       shape_error(g, "linear", "the bias must be float [out]", {n.in[1], n.in[2]});
   }
+  const int64_t heads = n.attrs.heads;
+  if (heads < 1 || x.shape.last() % heads != 0)
+    shape_error(g, "linear", "heads must be at least 1 and divide x's last dim", {n.in[0]});
+  if (heads > 1 && (n.attrs.relu || n.attrs.relu_last || n.in.size() > 3))
+    shape_error(g, "linear", "a per-head product has no fused ReLU or addend", n.in);
   Shape ys = x.shape;
-  ys[-1] = w.shape[1];
+  ys[-1] = heads * w.shape[1];
   n.out = {g.new_tensor(w.name + "(" + x.name + ")", DType::kF32, ys, x.batched)};
 }
 
+// attrs.heads = H > 1: W's rows and x's columns in H blocks of k = in / H, the output's columns
+// in H blocks of W's width N: y[:, h·N + j] = Σ_c x[:, h·k + c]·W[h·k + c, j] (+ b[j] for h = 0).
+// (Graph passes make these for the heads of a folded attention's values, whose products would
+// otherwise be a narrow of x and of W, a Linear and a concat per head.) Each block is one
+// product with strides; its slices split the block's rows (no task counter: several per node).
+void heads_linear_run(const RunContext& c, const Node& n, Slice s) {
+  const Shape xs = c.shape(n.in[0]);
+  const int64_t heads = n.attrs.heads, rows = xs.rows(), k = xs.last() / heads, out = c.shape(n.in[1])[1];
+  const float *x = c.f32(n.in[0]), *w = c.f32(n.in[1]);
+  float* y = c.f32(n.out[0]);
+  const Slice ss{s.index, s.count, nullptr, s.bf16};
+  for (int64_t h = 0; h < heads; ++h) {
+    GemmEpilogue e;
+    e.bias = h == 0 && n.in[2] != kNoTensor ? c.f32(n.in[2]) : nullptr;
+    sgemm_epilogue_slice(false, false, rows, out, k, 1.0f, x + h * k, heads * k, w + h * k * out, out,
+                         n.accumulates(0) ? 1.0f : 0.0f, y + h * out, heads * out, e, ss);
+  }
+}
+
 void linear_run(const RunContext& c, const Node& n, Slice s) {
+  if (n.attrs.heads > 1) return heads_linear_run(c, n, s);
   const Shape xs = c.shape(n.in[0]);
   const int64_t rows = xs.rows(), in = xs.last(), out = c.shape(n.in[1])[1];
   GemmEpilogue e;
@@ -49,13 +76,38 @@ void linear_differentiate(Autodiff& ad, const Node& n) {
   b.op = OpKind::kLinearBackward;
   b.in = {n.in[0], n.in[1], ad.grad(n.out[0])};
   b.backward = true;
+  b.attrs.heads = n.attrs.heads;
   set_out_accumulate(b, 0, ad.contribute(n.in[0]));
   set_out_accumulate(b, 1, ad.contribute(n.in[1]));
   set_out_accumulate(b, 2, n.in[2] == kNoTensor ? Autodiff::Target{} : ad.contribute(n.in[2]));
   ad.graph().add_node(std::move(b));
 }
 
+// The backward of heads_linear_run, block by block: dx_h = dy_h·W_hᵀ, dW_h = x_hᵀ·dy_h, and db the
+// column sums of head 0's block of dy.
+void heads_linear_backward_run(const RunContext& c, const Node& n, Slice s) {
+  const Shape xs = c.shape(n.in[0]);
+  const int64_t heads = n.attrs.heads, rows = xs.rows(), k = xs.last() / heads, out = c.shape(n.in[1])[1];
+  const float *x = c.f32(n.in[0]), *w = c.f32(n.in[1]), *dy = c.f32(n.in[2]);
+  const int64_t ldx = heads * k, ldy = heads * out;
+  const Slice ss{s.index, s.count, nullptr, s.bf16};
+  for (int64_t h = 0; h < heads; ++h) {
+    if (n.out[0] != kNoTensor)
+      sgemm_epilogue_slice(false, true, rows, k, out, 1.0f, dy + h * out, ldy, w + h * k * out, out,
+                           n.accumulates(0) ? 1.0f : 0.0f, c.f32(n.out[0]) + h * k, ldx, GemmEpilogue{}, ss);
+    if (n.out[1] != kNoTensor)
+      sgemm_epilogue_slice(true, false, k, out, rows, 1.0f, x + h * k, ldx, dy + h * out, ldy,
+                           n.accumulates(1) ? 1.0f : 0.0f, c.f32(n.out[1]) + h * k * out, out, GemmEpilogue{}, ss);
+  }
+  if (n.out.size() > 2 && n.out[2] != kNoTensor && s.index == 0) {
+    float* db = c.f32(n.out[2]);
+    if (!n.accumulates(2)) std::fill(db, db + out, 0.0f);
+    for (int64_t r = 0; r < rows; ++r) bias_backward(dy + r * ldy, db, 1, out, Slice{}, true);
+  }
+}
+
 void linear_backward_run(const RunContext& c, const Node& n, Slice s) {
+  if (n.attrs.heads > 1) return heads_linear_backward_run(c, n, s);
   const Shape xs = c.shape(n.in[0]);
   const int64_t rows = xs.rows(), in = xs.last(), out = c.shape(n.in[1])[1];
   const float *x = c.f32(n.in[0]), *w = c.f32(n.in[1]), *dy = c.f32(n.in[2]);

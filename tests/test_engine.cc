@@ -143,6 +143,16 @@ TEST_CASE("projections of embedding lookups are folded into the tables: same los
       for (const Node& node : m.graph->nodes())
         lookups_with_addend += node.op == OpKind::kEmbedding && node.in[2] != kNoTensor;
       CHECK(lookups_with_addend == (fold && c.positions ? (c.head == HeadKind::kMlp ? 4 : 3) : 0));
+      // With two heads (neighbor-sum), each table's per-head value products are one Linear with
+      // attrs.heads (engine/op_linear.cc), not a narrow of x and of W, a Linear and a concat
+      // per head.
+      int heads_products = 0, narrows = 0;
+      for (const Node& node : m.graph->nodes()) {
+        heads_products += node.op == OpKind::kLinear && node.attrs.heads > 1;
+        narrows += node.op == OpKind::kNarrow || node.op == OpKind::kConcat;
+      }
+      CHECK(heads_products == (fold && c.heads > 1 ? (c.positions ? 2 : 1) : 0));
+      CHECK(narrows == 0);
       Executor ex(*m.graph, {1, 7});
       load(ex, m, ids, targets);
       ex.train_step(nullptr);

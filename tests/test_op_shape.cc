@@ -229,6 +229,75 @@ TEST_CASE("matmul results are bitwise the same for 1 and 2 threads") {
   require_bitwise_threads(matmul_case(unbatched("a", {130, 70}), unbatched("b", {70, 90}), false, false));
 }
 
+// ---- a per-head Linear (NodeAttrs::heads: the graph passes' per-head value products) ----
+
+// y = Linear with attrs.heads: x [rows, H·k], w [H·k, n] → [rows, H·n], head h's block
+// x[:, h·k ..]·w[h·k .., :] (+ b in head 0's block).
+std::vector<double> ref_heads_linear(const Inputs& x, int64_t rows, int64_t heads, int64_t k, int64_t n, bool bias) {
+  std::vector<double> y(static_cast<size_t>(rows * heads * n));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = bias && h == 0 ? x[2][static_cast<size_t>(j)] : 0.0;
+        for (int64_t c = 0; c < k; ++c)
+          s += x[0][static_cast<size_t>(r * heads * k + h * k + c)] * x[1][static_cast<size_t>((h * k + c) * n + j)];
+        y[static_cast<size_t>((r * heads + h) * n + j)] = s;
+      }
+  return y;
+}
+
+OpCheck heads_linear_case(bool batched_x, int64_t heads, int64_t k, int64_t n, bool bias, bool x_twice) {
+  const int64_t rows = batched_x ? 2 * 3 : 7;
+  OpCheck c;
+  c.inputs = {batched_x ? batched("x", {2, 3, heads * k}) : unbatched("x", {7, heads * k}),
+              unbatched("w", {heads * k, n})};
+  if (bias) c.inputs.push_back(unbatched("b", {n}));
+  c.build = [=](Graph& g, const std::vector<Tensor>& in) {
+    NodeAttrs attrs;
+    attrs.heads = heads;
+    const Tensor y = g.apply(OpKind::kLinear, {in[0].id(), in[1].id(), bias ? in[2].id() : kNoTensor}, attrs)[0];
+    // x read twice: its gradient sums this product's dx and the narrow's.
+    return x_twice ? concat({y, narrow(in[0], -1, 0, 1)}, -1) : y;
+  };
+  c.reference = [=](const Inputs& x) {
+    std::vector<double> y = ref_heads_linear(x, rows, heads, k, n, bias);
+    if (!x_twice) return y;
+    std::vector<double> out;
+    for (int64_t r = 0; r < rows; ++r) {
+      out.insert(out.end(), y.begin() + r * heads * n, y.begin() + (r + 1) * heads * n);
+      out.push_back(x[0][static_cast<size_t>(r * heads * k)]);
+    }
+    return out;
+  };
+  return c;
+}
+
+TEST_CASE("a per-head Linear (attrs.heads) multiplies each block of x by its rows of W") {
+  for (int64_t heads : {2, 3})
+    for (bool bias : {false, true})
+      for (bool batched_x : {false, true}) {
+        INFO("heads " << heads << ", bias " << bias << ", batched " << batched_x);
+        check_op(heads_linear_case(batched_x, heads, 5, 17, bias, false));
+        check_op(heads_linear_case(batched_x, heads, 16, 3, bias, true));  // dx accumulated
+        OpCheck two = heads_linear_case(batched_x, heads, 4, 33, bias, false);
+        two.threads = 2;
+        check_op(two);
+      }
+  require_bitwise_threads(heads_linear_case(true, 2, 16, 128, true, false));
+  // A per-head Linear has no fused ReLU or addend, and its heads divide x's width.
+  Graph g(2);
+  Tensor x = g.input("x", {3, 10}, DType::kF32);
+  Tensor w = g.parameter("w", {10, 4}, Init::kZeros);
+  NodeAttrs attrs;
+  attrs.heads = 3;
+  REQUIRE_THROWS_WITH(g.apply(OpKind::kLinear, {x.id(), w.id(), kNoTensor}, attrs),
+                      Catch::Contains("linear") && Catch::Contains("heads"));
+  attrs.heads = 2;
+  attrs.relu = true;
+  REQUIRE_THROWS_WITH(g.apply(OpKind::kLinear, {x.id(), w.id(), kNoTensor}, attrs),
+                      Catch::Contains("per-head"));
+}
+
 TEST_CASE("matmul shape errors name the op and the tensors") {
   Graph g(2);
   Tensor a = g.input("a", {3, 5}, DType::kF32);
