@@ -1071,8 +1071,9 @@ HWY_INLINE void QuadTileNT(const GemmArgs& g, const ProductSpan& span, int64_t i
 #pragma GCC unroll 10
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), acc2[r] = _mm256_setzero_ps();
     // A's rows from two bases 6 rows apart, as SmallTileNN's (ATileValue).
+    const float* HWY_RESTRICT a6 = R > 6 ? a + 6 * lda : a;
     const float* HWY_RESTRICT ak = a;
-    const float* HWY_RESTRICT ak6 = R > 6 ? a + 6 * lda : a;
+    const float* HWY_RESTRICT ak6 = a6;
     // Columns 0..7, the next kc <= 8 k-steps from k0 (kWhole: 8).
     const auto chunk = [&](int64_t k0, int64_t kc, auto whole_tag) ATTNKIT_INLINE_LAMBDA {
       constexpr bool kWhole = decltype(whole_tag)::value;
@@ -1112,7 +1113,7 @@ HWY_INLINE void QuadTileNT(const GemmArgs& g, const ProductSpan& span, int64_t i
       const __mmask8 ka = static_cast<__mmask8>((1u << kq) - 1);
 #pragma GCC unroll 10
       for (int r = 0; r < R; ++r) {
-        const float* HWY_RESTRICT ar = ATileRow<R>(a, R > 6 ? a + 6 * lda : a, lda, r) + q0;
+        const float* HWY_RESTRICT ar = ATileRow<R>(a, a6, lda, r) + q0;
         __m256 av;
         if constexpr (kWholeQuad) {
           av = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(ar));
@@ -1156,10 +1157,8 @@ struct PairTileOne {
 template <int R>
 struct QuadTileOneNT {
   static HWY_NOINLINE void Run(const GemmArgs& g) {
-    if constexpr (R <= kQuadsNTRows) {
-      if (g.n == 10) return QuadTileNT<R, true, false, false>(g, ProductSpan{}, 0, 0, g.n);
-      QuadTileNT<R, false, false, false>(g, ProductSpan{}, 0, 0, g.n);
-    }
+    if (g.n == 10) return QuadTileNT<R, true, false, false>(g, ProductSpan{}, 0, 0, g.n);
+    QuadTileNT<R, false, false, false>(g, ProductSpan{}, 0, 0, g.n);
   }
 };
 template <int R>
@@ -1167,15 +1166,16 @@ struct SmallTileOneNT {
   static HWY_NOINLINE void Run(const GemmArgs& g) { SmallTileNT<DF, R, false>(DF(), g, ProductSpan{}, 0, 0, g.n); }
 };
 
-// Tile<rows>::Run for rows 1..kSmallRows1, indexed by rows - 1.
+// Tile<rows>::Run for rows 1..kMaxRows (g.m of them), indexed by rows - 1.
 using OneTileFn = void (*)(const GemmArgs&);
 template <template <int> class Tile, size_t... I>
 constexpr std::array<OneTileFn, sizeof...(I)> MakeOneTiles(std::index_sequence<I...>) {
   return {{&Tile<static_cast<int>(I) + 1>::Run...}};
 }
-template <template <int> class Tile>
+template <template <int> class Tile, int64_t kMaxRows = kSmallRows1>
 HWY_INLINE void RunOneTile(const GemmArgs& g) {
-  static constexpr auto kTiles = MakeOneTiles<Tile>(std::make_index_sequence<static_cast<size_t>(kSmallRows1)>());
+  static constexpr auto kTiles = MakeOneTiles<Tile>(std::make_index_sequence<static_cast<size_t>(kMaxRows)>());
+  HWY_DASSERT(g.m >= 1 && g.m <= kMaxRows);
   kTiles[static_cast<size_t>(g.m - 1)](g);
 }
 
@@ -1193,7 +1193,7 @@ HWY_INLINE bool PairOneTileNT(const GemmArgs& g) {
 // other product.
 HWY_INLINE bool QuadOneTileNT(const GemmArgs& g) {
   if (!UseQuadsNT(g) || g.m > kQuadsNTRows || g.bias != nullptr || g.has_epilogue()) return false;
-  RunOneTile<QuadTileOneNT>(g);
+  RunOneTile<QuadTileOneNT, kQuadsNTRows>(g);
   return true;
 }
 
