@@ -274,6 +274,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options)
   place_tensors();
   init_parameters(options.seed);
   plan_barriers();
+  id_checks_ = find_id_checks(graph);
   task_counters_.reset(new TaskCounter[(graph.nodes().size() + 1) * kNodeTaskCounters]);
 }
 
@@ -435,23 +436,29 @@ Shape Executor::shape(TensorId id) const {
   return s;
 }
 
-// Token ids and targets come from users and files: check them before any kernel reads them.
-void Executor::validate_inputs() const {
-  TensorId checked[8];  // ids already checked against the same range (one lookup's, an indexed attention's)
-  int64_t checked_hi[8];
-  int n_checked = 0;
-  for (size_t i = 0; i < graph_.forward_nodes(); ++i) {
-    const Node& n = graph_.nodes()[i];
+std::vector<Executor::IdCheck> Executor::find_id_checks(const Graph& graph) {
+  std::vector<IdCheck> checks;
+  for (size_t i = 0; i < graph.forward_nodes(); ++i) {
+    const Node& n = graph.nodes()[i];
     const OpDef& def = op_def(n.op);
     size_t input = 0;
     int64_t lo = 0, hi = 0;
-    if (!def.id_range || !def.id_range(graph_, n, &input, &lo, &hi) || input >= n.in.size()) continue;
+    if (!def.id_range || !def.id_range(graph, n, &input, &lo, &hi) || input >= n.in.size()) continue;
     const TensorId ids = n.in[input];
-    if (ids == kNoTensor || graph_.tensor(ids).storage != Storage::kInput) continue;
-    bool seen = false;
-    for (int c = 0; c < n_checked; ++c) seen = seen || (checked[c] == ids && checked_hi[c] == hi && lo == 0);
-    if (seen) continue;
-    if (lo == 0 && n_checked < 8) checked[n_checked] = ids, checked_hi[n_checked++] = hi;
+    if (ids == kNoTensor || graph.tensor(ids).storage != Storage::kInput) continue;
+    bool seen = false;  // (one lookup's ids and an indexed attention's: the same range)
+    for (const IdCheck& c : checks) seen = seen || (c.ids == ids && c.lo == lo && c.hi == hi);
+    if (!seen) checks.push_back({ids, lo, hi});
+  }
+  return checks;
+}
+
+// Token ids and targets come from users and files: check them before any kernel reads them
+// (the checks found once, id_checks_).
+void Executor::validate_inputs() const {
+  for (const IdCheck& check : id_checks_) {
+    const TensorId ids = check.ids;
+    const int64_t lo = check.lo, hi = check.hi;
     const int32_t* p = i32(ids);
     const int64_t count = shape(ids).numel();
     const uint32_t span = static_cast<uint32_t>(hi - lo);

@@ -137,6 +137,13 @@ class Executor final : public RunContext {
 
  private:
   void validate_inputs() const;
+  // The id inputs validate_inputs checks, and the range each must lie in: found once from the
+  // graph's nodes (op_def's id_range), a tensor checked once per range.
+  struct IdCheck {
+    TensorId ids;
+    int64_t lo, hi;
+  };
+  static std::vector<IdCheck> find_id_checks(const Graph& graph);
   // Nodes [begin, end) (and the optimizer's update); zero_grads_first: zero the parameter
   // gradients when the range starts the backward (false for a chunked step's later chunks).
   void run_nodes(size_t begin, size_t end, Adam* optimizer, int threads, bool count_profiled_run = true,
@@ -172,6 +179,7 @@ class Executor final : public RunContext {
     bool computed = true;
   };
   std::vector<Place> places_;
+  std::vector<IdCheck> id_checks_;
   // barrier_before_[i]: threads must all finish the nodes before node i first (it reads or
   // writes memory they write, or writes memory they read). Index nodes().size() is the
   // optimizer update. Independent neighbours run without a barrier between them.

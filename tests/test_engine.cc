@@ -487,6 +487,19 @@ TEST_CASE("bad graphs and inputs are reported with names and shapes") {
   std::fill(ex.i32(ids.id()), ex.i32(ids.id()) + 24, 0);
   ex.i32(ids.id())[5] = 9;
   REQUIRE_THROWS_WITH(ex.forward(), Catch::Contains("'ids'") && Catch::Contains("value 9"));
+  // Every id input is checked on every run (the checks are found once, when the executor is
+  // made): the targets too, by a training step, after the ids are mended.
+  ex.i32(ids.id())[5] = 8;
+  const TensorId targets = g.find("targets");
+  REQUIRE(targets != kNoTensor);
+  std::fill(ex.i32(targets), ex.i32(targets) + 24, 1);
+  REQUIRE_NOTHROW(ex.train_step(nullptr));
+  ex.i32(targets)[13] = 4;
+  REQUIRE_THROWS_WITH(ex.train_step(nullptr), Catch::Contains("'targets'") && Catch::Contains("sequence 2, position 1") &&
+                                                  Catch::Contains("value 4"));
+  ex.i32(targets)[13] = 3;
+  ex.i32(ids.id())[0] = -1;
+  REQUIRE_THROWS_WITH(ex.train_step(nullptr), Catch::Contains("'ids'") && Catch::Contains("value -1"));
   REQUIRE_THROWS_WITH(ex.set_batch(5), Catch::Contains("batch 5"));
 }
 
