@@ -284,6 +284,44 @@ TEST_CASE("a per-head Linear (attrs.heads) multiplies each block of x by its row
         check_op(two);
       }
   require_bitwise_threads(heads_linear_case(true, 2, 16, 128, true, false));
+  // A second step overwrites the gradients it does not accumulate (the bias's too): the same
+  // upstream gradient twice gives the same gradients twice.
+  {
+    Graph g(3);
+    Tensor x = g.input("x", {4, 6}, DType::kF32, true);
+    Tensor w = g.input_unbatched("w", {6, 5}, DType::kF32, true);
+    Tensor b = g.input_unbatched("b", {5}, DType::kF32, true);
+    NodeAttrs attrs;
+    attrs.heads = 2;
+    Tensor y = g.apply(OpKind::kLinear, {x.id(), w.id(), b.id()}, attrs)[0];
+    g.keep(y);
+    Tensor dy = test::upstream_input(g, y, "dy");
+    g.backward(y, dy);
+    Executor ex(g, {1, 0, false});
+    for (int64_t i = 0; i < 3 * 4 * 6; ++i) ex.f32(x.id())[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+    for (int64_t i = 0; i < 6 * 5; ++i) ex.f32(w.id())[i] = 0.125f * static_cast<float>(i % 5) - 0.25f;
+    for (int64_t i = 0; i < 5; ++i) ex.f32(b.id())[i] = 0.5f;
+    for (int64_t i = 0; i < 3 * 4 * 10; ++i) ex.f32(dy.id())[i] = 0.5f * static_cast<float>(i % 3) - 0.25f;
+    std::vector<float> first[3];
+    for (int step = 0; step < 2; ++step) {
+      ex.train_step(nullptr);
+      const Tensor grads[3] = {g.grad(x), g.grad(w), g.grad(b)};
+      for (int t = 0; t < 3; ++t) {
+        const int64_t n = grads[t].desc().shape.numel() * (grads[t].desc().batched ? 3 : 1);
+        const float* v = ex.f32(grads[t].id());
+        if (step == 0) {
+          first[t].assign(v, v + n);
+        } else {
+          INFO("gradient " << t);
+          REQUIRE(std::memcmp(first[t].data(), v, first[t].size() * sizeof(float)) == 0);
+        }
+      }
+    }
+    // db = the column sums of head 0's block of dy (12 rows of 0.5·(i mod 3) − 0.25).
+    double db0 = 0;
+    for (int64_t r = 0; r < 12; ++r) db0 += 0.5 * static_cast<double>((r * 10) % 3) - 0.25;
+    REQUIRE(first[2][0] == Approx(db0));
+  }
   // A per-head Linear has no fused ReLU or addend, and its heads divide x's width.
   Graph g(2);
   Tensor x = g.input("x", {3, 10}, DType::kF32);
