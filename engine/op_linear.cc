@@ -1,6 +1,4 @@
 // Linear: y = x·W (+ b) with W stored [in, out] (the course's layout), x [..., in].
-#include <algorithm>
-
 #include "engine/op_table.h"
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
@@ -99,10 +97,9 @@ void heads_linear_backward_run(const RunContext& c, const Node& n, Slice s) {
       sgemm_epilogue_slice(true, false, k, out, rows, 1.0f, x + h * k, ldx, dy + h * out, ldy,
                            n.accumulates(1) ? 1.0f : 0.0f, c.f32(n.out[1]) + h * k * out, out, GemmEpilogue{}, ss);
   }
-  if (n.out.size() > 2 && n.out[2] != kNoTensor && s.index == 0) {
+  if (n.out.size() > 2 && n.out[2] != kNoTensor && s.index == 0) {  // rows ldy apart: one at a time, in order
     float* db = c.f32(n.out[2]);
-    if (!n.accumulates(2)) std::fill(db, db + out, 0.0f);
-    for (int64_t r = 0; r < rows; ++r) bias_backward(dy + r * ldy, db, 1, out, Slice{}, true);
+    for (int64_t r = 0; r < rows; ++r) bias_backward(dy + r * ldy, db, 1, out, Slice{}, r > 0 || n.accumulates(2));
   }
 }
 

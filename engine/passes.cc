@@ -20,6 +20,10 @@ Tensor plain_linear(Graph& g, TensorId x, const Tensor& w, const Tensor& b) {
 
 namespace {
 
+// A Linear node without per-head blocks (NodeAttrs::heads): the only kind the passes fuse or
+// fold (a per-head one takes its blocks' products, not x·W).
+bool plain_linear_node(const Node& n) { return n.op == OpKind::kLinear && n.attrs.heads == 1; }
+
 // plain_linear per head block (see folded_linear): one Linear with attrs.heads (its products
 // block by block, see engine/op_linear.cc), the bias with head 0's block. (As a narrow of x and
 // of W, a Linear and a concat per head, neighbor-sum's value tables took 16 more nodes a step.)
@@ -115,9 +119,7 @@ void erase_dead(std::vector<Node>& nodes, const std::vector<bool>& dead) {
 void Graph::fold_attention_values() {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node lin = nodes_[i];  // copies: the pass appends nodes
-    if (lin.op != OpKind::kLinear || lin.attrs.heads != 1 || lin.in.size() != 3 || lin.attrs.relu ||
-        lin.accumulate != 0)
-      continue;
+    if (!plain_linear_node(lin) || lin.in.size() != 3 || lin.attrs.relu || lin.accumulate != 0) continue;
     const TensorId a = lin.in[0], w = lin.in[1], b = lin.in[2];
     const int64_t pa = producer(a);
     if (pa < 0 || uses(a, kNoTensor) != 1 || tensor(w).batched || (b != kNoTensor && tensor(b).batched)) continue;
@@ -276,9 +278,7 @@ void Graph::fuse_residual_relu() {
     const int64_t p = producer(y);
     if (p < 0 || uses(y, kNoTensor) != 1) continue;
     Node& lin = nodes_[static_cast<size_t>(p)];
-    if (lin.op != OpKind::kLinear || lin.attrs.heads != 1 || lin.in.size() != 4 || lin.attrs.relu ||
-        lin.accumulate != 0)
-      continue;
+    if (!plain_linear_node(lin) || lin.in.size() != 4 || lin.attrs.relu || lin.accumulate != 0) continue;
     const TensorId res = lin.in[3];
     const int64_t q = producer(res);
     if (q < 0 || q > p || uses(res, kNoTensor) != 1 || tensor(res).keep) continue;
@@ -462,7 +462,7 @@ void Graph::optimize_forward(TensorId loss) {
   auto uses = [&](TensorId t) { return this->uses(t, loss); };
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node lin = nodes_[i];
-    if (lin.op != OpKind::kLinear || lin.attrs.heads != 1) continue;
+    if (!plain_linear_node(lin)) continue;
     const TensorId x = lin.in[0];
     const int64_t px = producer(x);
     if (px < 0 || nodes_[static_cast<size_t>(px)].op != OpKind::kAdd || uses(x) != 1) continue;
@@ -472,9 +472,7 @@ void Graph::optimize_forward(TensorId loss) {
     for (int k = 0; k < 2 && c == kNoTensor; ++k) {
       const TensorId cand = sum.in[static_cast<size_t>(k)], other = sum.in[static_cast<size_t>(1 - k)];
       const int64_t pc = producer(cand);
-      if (pc < 0 || nodes_[static_cast<size_t>(pc)].op != OpKind::kLinear ||
-          nodes_[static_cast<size_t>(pc)].attrs.heads != 1 || uses(cand) != 1)
-        continue;
+      if (pc < 0 || !plain_linear_node(nodes_[static_cast<size_t>(pc)]) || uses(cand) != 1) continue;
       if (tensor(cand).shape != tensor(x).shape || tensor(other).shape != tensor(x).shape) continue;
       const TensorId a = nodes_[static_cast<size_t>(pc)].in[0];
       if (tensor(a).shape.last() > tensor(x).shape.last()) continue;  // a·(Wc·W) must not cost more
@@ -558,7 +556,7 @@ void Graph::fuse_elementwise(TensorId loss) {
         dead[i] = true;
         continue;
       }
-      if (lin.op != OpKind::kLinear || lin.attrs.heads != 1 || lin.attrs.relu) continue;
+      if (!plain_linear_node(lin) || lin.attrs.relu) continue;
       // With a residual addend (fused by the kAdd case below) the ReLU comes after it
       // (linear_run's relu_last): training graphs; inference graphs take fuse_residual_relu.
       if (lin.in.size() > 3 && loss == kNoTensor) continue;
@@ -584,7 +582,7 @@ void Graph::fuse_elementwise(TensorId loss) {
         const int64_t p = producer(y);
         if (p < 0 || uses(y) != 1) continue;
         Node& lin = nodes_[static_cast<size_t>(p)];
-        if (lin.op != OpKind::kLinear || lin.attrs.heads != 1 || lin.in.size() > 3) continue;
+        if (!plain_linear_node(lin) || lin.in.size() > 3) continue;
         const TensorDesc &dy = tensor(y), &dr = tensor(res);
         if (dy.shape != dr.shape || dy.batched != dr.batched) continue;  // not a broadcast
         if (producer(res) > p || res == y) continue;  // r must be there when the Linear runs
