@@ -1,6 +1,7 @@
 // Adam / AdamW over one flat parameter block, as torch.optim.Adam(W) (foreach=False) does it.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "ops/adam.h"
 
@@ -30,29 +31,42 @@ void AdamUpdate(float* param, const float* grad, float* m, float* v, int64_t n,
   const auto vwd = hn::Set(d, step.weight_decay), vdecay = hn::Set(d, decay);
   const auto vstep = hn::Set(d, step_size), vbc2 = hn::Set(d, bc2_sqrt), veps = hn::Set(d, step.eps);
 
-  auto update = [&](float* p, const float* g, float* mp, float* vp, size_t len) {
-    auto vp_ = LoadUpTo(d, p, len), vg = LoadUpTo(d, g, len);
-    auto vm = LoadUpTo(d, mp, len), vv = LoadUpTo(d, vp, len);
-    if (l2) vg = hn::MulAdd(vwd, vp_, vg);
-    if (step.decoupled) vp_ = hn::Mul(vp_, vdecay);
-    vm = hn::MulAdd(vm, vb1, hn::Mul(vg, v1mb1));
-    vv = hn::MulAdd(vv, vb2, hn::Mul(hn::Mul(vg, vg), v1mb2));
-    const auto denom = hn::Add(hn::Div(hn::Sqrt(vv), vbc2), veps);
-    vp_ = hn::NegMulAdd(vstep, hn::Div(vm, denom), vp_);
-    if (len == static_cast<size_t>(N)) {
-      hn::StoreU(vp_, d, p);
-      hn::StoreU(vm, d, mp);
-      hn::StoreU(vv, d, vp);
-    } else {
-      StoreTail(d, vp_, p, len);
-      StoreTail(d, vm, mp, len);
-      StoreTail(d, vv, vp, len);
-    }
+  // The weight-decay form is a template flag of the loop, never a runtime test inside the
+  // vector code (g++ 12 at -O3 has turned a runtime bool inside a vector lambda into a lane
+  // mask on AVX-512).
+  const auto run = [&](auto l2_tag, auto decoupled_tag) {
+    constexpr bool kL2 = decltype(l2_tag)::value, kDecoupled = decltype(decoupled_tag)::value;
+    const auto update = [&](float* p, const float* g, float* mp, float* vp, size_t len) {
+      auto vp_ = LoadUpTo(d, p, len), vg = LoadUpTo(d, g, len);
+      auto vm = LoadUpTo(d, mp, len), vv = LoadUpTo(d, vp, len);
+      if constexpr (kL2) vg = hn::MulAdd(vwd, vp_, vg);
+      if constexpr (kDecoupled) vp_ = hn::Mul(vp_, vdecay);
+      vm = hn::MulAdd(vm, vb1, hn::Mul(vg, v1mb1));
+      vv = hn::MulAdd(vv, vb2, hn::Mul(hn::Mul(vg, vg), v1mb2));
+      const auto denom = hn::Add(hn::Div(hn::Sqrt(vv), vbc2), veps);
+      vp_ = hn::NegMulAdd(vstep, hn::Div(vm, denom), vp_);
+      if (len == static_cast<size_t>(N)) {
+        hn::StoreU(vp_, d, p);
+        hn::StoreU(vm, d, mp);
+        hn::StoreU(vv, d, vp);
+      } else {
+        StoreTail(d, vp_, p, len);
+        StoreTail(d, vm, mp, len);
+        StoreTail(d, vv, vp, len);
+      }
+    };
+    const auto [b, e] = slice_range(n, s);
+    int64_t j = b;
+    for (; j + N <= e; j += N) update(param + j, grad + j, m + j, v + j, static_cast<size_t>(N));
+    if (j < e) update(param + j, grad + j, m + j, v + j, static_cast<size_t>(e - j));
   };
-  const auto [b, e] = slice_range(n, s);
-  int64_t j = b;
-  for (; j + N <= e; j += N) update(param + j, grad + j, m + j, v + j, static_cast<size_t>(N));
-  if (j < e) update(param + j, grad + j, m + j, v + j, static_cast<size_t>(e - j));
+  if (step.decoupled) {
+    run(std::false_type(), std::true_type());  // (AdamW: no L2 term)
+  } else if (l2) {
+    run(std::true_type(), std::false_type());
+  } else {
+    run(std::false_type(), std::false_type());
+  }
 }
 
 }  // namespace HWY_NAMESPACE

@@ -473,12 +473,50 @@ HWY_NOINLINE void DirectTallTiles(DF d, const GemmArgs& g, const float* b, int64
                                                                     kBias ? g.bias + j : nullptr, combine, i, j);
   }
 }
+
+// Whether a direct block without an epilogue takes ShortHalfTiles: k <= 16 where 512-bit
+// operations issue in halves (Zen 4), columns in whole 16-column tiles. Each tile is short
+// there (k = 10: 240 FMAs in a 12 × 32 tile), and the same work in the AVX2 build's 256-bit
+// tiles was faster on the same CPU: Linear(128, 10)'s dx = dy·Wᵀ (640 × 128 × 10) 0.92×,
+// reversal's 256 × 32 × 10 0.96×, duplicates' 640 × 64 × 2 0.96× the AVX2 build. (With a ReLU
+// mask in the stores the 512-bit tiles stay: the 256-bit ones take twice the mask's loads,
+// compares and selects, 640 × 128 × 10 dx 23.0 against 20.8 us on Zen 4.)
+inline bool UseShortHalfTiles(const GemmArgs& g, int64_t j0, int64_t j1) {
+  return gemm_detail::avx512_halves && g.k <= 16 && (j1 - j0) % 16 == 0;
+}
+
+// Rows [i0, i1) × columns [j0, j1) (whole 16-column tiles) of a direct block in the AVX2
+// build's tiles: 6 rows of two 256-bit vectors (VEX broadcasts; 12-row tiles were 11% slower),
+// in one out-of-line call whose loops inline them. The same FMA chains and stores as the
+// 512-bit tiles: the same bits.
+template <bool kBias, bool kAlphaOne>
+HWY_NOINLINE void ShortHalfTiles(const GemmArgs& g, const float* b, int64_t ldb, int64_t i0, int64_t i1,
+                                 int64_t j0, int64_t j1) {
+  using DH = hn::Full256<float>;
+  const DH dh;
+  constexpr int64_t kCols = 2 * static_cast<int64_t>(hn::MaxLanes(DH()));
+  const int64_t ar = g.trans_a ? 1 : g.lda, ak = g.trans_a ? g.lda : 1;
+  const Combine combine = FirstCombine(g.beta);
+  ForEachRowTile(i0, i1, [&](auto r_tag, int64_t i) {
+    constexpr int R = decltype(r_tag)::value;
+    const float* a = g.a + i * ar;
+    float* c = g.c + i * g.ldc;
+    for (int64_t j = j0; j + kCols <= j1; j += kCols)
+      DirectTileBody<DH, R, 2, kBias, kAlphaOne>(dh, g, a, ar, ak, b + (j - j0), ldb, c + j,
+                                                 kBias ? g.bias + j : nullptr, combine, i, j);
+  });
+}
 #endif
 
 // Rows [i0, i1) × columns [j0, j1) of a direct block whose op(B) columns are at b.
 template <bool kBias, bool kAlphaOne, bool kHalf = false, bool kEpilogue = false>
 HWY_INLINE void DirectBlock(DF d, const GemmArgs& g, const float* b, int64_t ldb, int64_t i0,
                             int64_t i1, int64_t j0, int64_t j1) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (!kHalf && !kEpilogue) {
+    if (UseShortHalfTiles(g, j0, j1)) return ShortHalfTiles<kBias, kAlphaOne>(g, b, ldb, i0, i1, j0, j1);
+  }
+#endif
   for (int64_t ic = i0; ic < i1; ic += gemm_detail::kDirectRows) {
     const int64_t ie = std::min(i1, ic + gemm_detail::kDirectRows);
     int64_t i = ic;
