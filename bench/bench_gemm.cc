@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/gemm_bf16.h"
 #include "simd_context.h"
@@ -135,6 +136,9 @@ struct StepGemm {
   int64_t m, k, n;
   float beta;
   bool bias = false;  // a Linear's forward: + bias in the store (OpenBLAS: a loop after it)
+  // A Linear–ReLU's dx (the Linear's input is a ReLU's output x): dx where x > 0, else 0 — in
+  // the store (GemmEpilogue::mask, as the engine runs it), for OpenBLAS a pass after the product.
+  bool mask = false;
   // Attention: `count` products; A/B/C of product p = (b, h) at b·x_batch + h·x_head.
   int64_t heads = 1, count = 1, lda = 0, ldb = 0, ldc = 0;
   int64_t a_batch = 0, a_head = 0, b_batch = 0, b_head = 0, c_batch = 0, c_head = 0;
@@ -159,7 +163,7 @@ Operands operands_for(const StepGemm& s) {
 
 // One step product on the calling thread, the engine's way (attnkit) or one cblas_sgemm per
 // product plus a bias loop (OpenBLAS).
-void run_one_thread(Impl impl, const StepGemm& s, Operands& x, const FloatVec& bias) {
+void run_one_thread(Impl impl, const StepGemm& s, Operands& x, const FloatVec& bias, const FloatVec& mask) {
   const bool use_openblas = impl == Impl::kOpenBLAS;
   attnkit::Slice one;
   one.bf16 = impl == Impl::kBf16;
@@ -177,6 +181,19 @@ void run_one_thread(Impl impl, const StepGemm& s, Operands& x, const FloatVec& b
       if (s.bias)
         for (int64_t i = 0; i < s.m; ++i)
           for (int64_t j = 0; j < s.n; ++j) c[i * ldc + j] += bias[static_cast<size_t>(j)];
+      if (s.mask) {  // the separate pass an engine without the fused store runs (vectorized)
+        if (ldc == s.n) {
+          attnkit::relu_backward(mask.data(), c, c, s.m * s.n, false);
+        } else {
+          for (int64_t i = 0; i < s.m; ++i)
+            attnkit::relu_backward(mask.data() + i * ldc, c + i * ldc, c + i * ldc, s.n, false);
+        }
+      }
+    } else if (s.mask) {
+      attnkit::GemmEpilogue e;
+      e.mask = mask.data();
+      e.ldm = ldc;
+      attnkit::sgemm_epilogue_slice(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, lda, b, ldb, s.beta, c, ldc, e, one);
     } else if (s.bias) {
       attnkit::GemmEpilogue e;
       e.bias = bias.data();
@@ -198,6 +215,13 @@ void BM_step(benchmark::State& state, Impl impl, StepGemm s, int threads) {
   const int64_t batches = s.count / s.heads;
   Operands x = operands_for(s);
   const FloatVec bias(static_cast<size_t>(s.n), 0.25f);
+  // A ReLU's output: about half of it zero, in no pattern a branch predictor learns.
+  FloatVec mask(s.mask ? static_cast<size_t>(s.m * ldc) : 0);
+  uint32_t state_bits = 12345;
+  for (float& v : mask) {
+    state_bits = state_bits * 1664525u + 1013904223u;
+    v = (state_bits >> 31) ? 0.5f : 0.0f;
+  }
   for (auto _ : state) {
     if (threads > 1 && !use_openblas) {
       if (s.count == 1 && bf16) {
@@ -218,7 +242,7 @@ void BM_step(benchmark::State& state, Impl impl, StepGemm s, int threads) {
       benchmark::ClobberMemory();
       continue;
     }
-    run_one_thread(impl, s, x, bias);
+    run_one_thread(impl, s, x, bias, mask);
     benchmark::DoNotOptimize(x.c.data());
     benchmark::ClobberMemory();
   }
@@ -229,13 +253,19 @@ void BM_step(benchmark::State& state, Impl impl, StepGemm s, int threads) {
 //   bench_gemm --benchmark_filter='^(attnkit|openblas)/step_'
 std::vector<StepGemm> step_gemms() {
   std::vector<StepGemm> out;
-  // Linear(in → out) over `rows` rows: forward, dx (beta 0 and 1), dW.
-  auto linear = [&](const std::string& model, int64_t rows, int64_t in, int64_t outf) {
+  // Linear(in → out) over `rows` rows: forward, dx (beta 1), dW; relu_input: its input is a
+  // ReLU's output, and the lesson's dx (beta 0) carries the ReLU's backward mask too.
+  auto linear = [&](const std::string& model, int64_t rows, int64_t in, int64_t outf, bool relu_input = false) {
     const std::string sh = std::to_string(rows) + "x" + std::to_string(in) + "x" +
                            std::to_string(outf);
     out.push_back({model + "_fwd_nn_" + sh, false, false, rows, in, outf, 0.0f});
     out.push_back({model + "_fwd_bias_nn_" + sh, false, false, rows, in, outf, 0.0f, true});
     out.push_back({model + "_dx_nt_" + sh, false, true, rows, outf, in, 1.0f});
+    if (relu_input) {
+      StepGemm dx_mask{model + "_dx_mask_nt_" + sh, false, true, rows, outf, in, 0.0f};
+      dx_mask.mask = true;
+      out.push_back(dx_mask);
+    }
     out.push_back({model + "_dW_tn_" + sh, true, false, in, rows, outf, 0.0f});
   };
   // Attention over [B, T, H·dh]: scores (nt), P·V and dS·K (nn), Pᵀ·dY and dSᵀ·Q (tn).
@@ -273,10 +303,10 @@ std::vector<StepGemm> step_gemms() {
   };
   linear("ns", 640, 32, 32);
   linear("ns", 640, 32, 128);
-  linear("ns", 640, 128, 10);
+  linear("ns", 640, 128, 10, true);
   attention("ns", 64, 10, 2, 16);
   linear("dup", 640, 32, 64);
-  linear("dup", 640, 64, 2);
+  linear("dup", 640, 64, 2, true);
   attention("dup", 64, 10, 1, 32);
   linear("rev", 256, 32, 32);
   linear("rev", 256, 32, 10);
@@ -304,9 +334,9 @@ void BM_big_step_products(benchmark::State& state, Impl impl, std::vector<StepGe
     operands.push_back(operands_for(s));
     flops += 2.0 * s.m * s.n * s.k * s.count;
   }
-  const FloatVec bias(1024, 0.25f);
+  const FloatVec bias(1024, 0.25f), no_mask;  // (the large model's products carry no mask)
   for (auto _ : state) {
-    for (size_t i = 0; i < products.size(); ++i) run_one_thread(impl, products[i], operands[i], bias);
+    for (size_t i = 0; i < products.size(); ++i) run_one_thread(impl, products[i], operands[i], bias, no_mask);
     benchmark::ClobberMemory();
   }
   report(state, flops);
