@@ -162,7 +162,7 @@ Operands operands_for(const StepGemm& s) {
 }
 
 // One step product on the calling thread, the engine's way (attnkit) or one cblas_sgemm per
-// product plus a bias loop (OpenBLAS).
+// product plus a bias loop or a mask pass (OpenBLAS).
 void run_one_thread(Impl impl, const StepGemm& s, Operands& x, const FloatVec& bias, const FloatVec& mask) {
   const bool use_openblas = impl == Impl::kOpenBLAS;
   attnkit::Slice one;

@@ -477,8 +477,9 @@ HWY_NOINLINE void DirectTallTiles(DF d, const GemmArgs& g, const float* b, int64
 // Whether a direct block without an epilogue takes ShortHalfTiles: k <= 16 where 512-bit
 // operations issue in halves (Zen 4), columns in whole 16-column tiles. Each tile is short
 // there (k = 10: 240 FMAs in a 12 × 32 tile), and the same work in the AVX2 build's 256-bit
-// tiles was faster on the same CPU: Linear(128, 10)'s dx = dy·Wᵀ (640 × 128 × 10) 0.92×,
-// reversal's 256 × 32 × 10 0.96×, duplicates' 640 × 64 × 2 0.96× the AVX2 build. (With a ReLU
+// tiles was faster on the same CPU: Linear(128, 10)'s dx = dy·Wᵀ (640 × 128 × 10) was 0.92× the
+// AVX2 build, reversal's 256 × 32 × 10 0.96×; these tiles took them to 0.94×, 0.95× the time
+// (duplicates' 640 × 64 × 2, k = 2, unchanged). (With a ReLU
 // mask in the stores the 512-bit tiles stay: the 256-bit ones take twice the mask's loads,
 // compares and selects, 640 × 128 × 10 dx 23.0 against 20.8 us on Zen 4.)
 inline bool UseShortHalfTiles(const GemmArgs& g, int64_t j0, int64_t j1) {
