@@ -118,7 +118,11 @@ HWY_INLINE bool ShapePathRows(const GemmArgs& g, int64_t i0, int64_t i1, int64_t
   }
   if (UseQuadsNN(g)) {  // as UsePairsNN's, for cores that split 512-bit operations
     HWY_DASSERT(j0 == 0 && j1 == g.n);
-    QuadRowsNN(g, i0, i1, j0, j1, span);
+    if (UseKQuadsNN(g)) {
+      KQuadRowsNN(g, i0, i1, j0, j1, span);
+    } else {
+      QuadRowsNN(g, i0, i1, j0, j1, span);
+    }
     return true;
   }
   if (UseQuadsNT(g)) {  // the same with B transposed

@@ -1017,6 +1017,121 @@ HWY_INLINE void QuadRowsNN(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0
   });
 }
 
+// A·B of 9 or 10 columns from k = kKQuadsNNMinK where 512-bit operations issue in halves
+// (UseQuadsNN's products; Linear(128, 10)'s forward): all ten columns with k in quads, as
+// QuadTileNN's columns 8 and 9. Lane 4(c mod 2) + q of a row's vector c / 2 (c = 0..9, five
+// 8-lane vectors) sums A(r, kk)·B(kk, c) over the kk of kk % 4 = q: a row's four A values are
+// one 128-bit broadcast load for its five FMAs (QuadTileNN: five loads, one a column vector
+// and k-step, for the same five FMAs), and B is packed once per product in the same layout
+// (PackQuadsOfB). After the k loop each column's four lanes are added (l0 + l1) + (l2 + l3),
+// QuadTileNN's tree for columns 8 and 9, so its stores (StoreQuadRows) take the rows as they
+// are. 640 × 128 × 10: 15.7 µs against QuadTileNN's 18.6 (AMD EPYC Zen 4, one thread, a
+// bare loop); five rows a tile (25 accumulators, 5 B vectors and A's broadcast: 31 of the 32
+// registers). Chosen on the whole product's shape (k), never a block's. From k = 32: a batch of
+// 128 10 × 16 × 10 products took 1.49× QuadTileNN's time (B packed for each product).
+inline constexpr int64_t kKQuadsNNMinK = 32;
+inline constexpr int64_t kKQuadsNNRows = 5;
+// Floats of PackQuadsOfB's output: 40 a quad (five 8-lane vectors), k <= 256.
+inline constexpr int64_t kKQuadsNNPacked = 40 * (256 / 4);
+
+HWY_INLINE bool UseKQuadsNN(const GemmArgs& g) { return UseQuadsNN(g) && g.k >= kKQuadsNNMinK; }
+
+// B's 9 or 10 columns (column 9 zero without kTwo) in quads of k: quad w at packed + 40w,
+// vector v = 0..4 (columns 2v and 2v + 1) lane 4e + q = B(4w + q, 2v + e), zero past k.
+template <bool kTwo>
+HWY_INLINE void PackQuadsOfB(const float* HWY_RESTRICT b, int64_t ldb, int64_t k, float* HWY_RESTRICT packed) {
+  const auto quad = [&](auto whole_tag, int64_t k0, int64_t kc) ATTNKIT_INLINE_LAMBDA {
+    constexpr bool kWhole = decltype(whole_tag)::value;
+    const float* HWY_RESTRICT bk = b + k0 * ldb;
+    __m256 r[4];
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) r[q] = kWhole || q < kc ? _mm256_loadu_ps(bk + q * ldb) : _mm256_setzero_ps();
+    // 4 × 8 → (column, k): u0 = columns 0 | 4, u1 = 1 | 5, u2 = 2 | 6, u3 = 3 | 7 (4 k-steps each).
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    float* HWY_RESTRICT p = packed + 10 * k0;
+    _mm256_store_ps(p, _mm256_permute2f128_ps(u0, u1, 0x20));
+    _mm256_store_ps(p + 8, _mm256_permute2f128_ps(u2, u3, 0x20));
+    _mm256_store_ps(p + 16, _mm256_permute2f128_ps(u0, u1, 0x31));
+    _mm256_store_ps(p + 24, _mm256_permute2f128_ps(u2, u3, 0x31));
+    _mm256_store_ps(p + 32, Columns89QuadOfB<kTwo, kWhole>(bk + 8, ldb, kc));
+  };
+  int64_t k0 = 0;
+  for (; k0 + 4 <= k; k0 += 4) quad(std::true_type(), k0, 4);
+  if (k0 < k) quad(std::false_type(), k0, k - k0);
+}
+
+// Rows i..i + R (R <= kKQuadsNNRows) of one product, columns j..j + 9 or 10 (kTwo), from
+// PackQuadsOfB's packed: a at A's row i, c at C's row i and column j (see UseKQuadsNN).
+template <int R, bool kTwo, bool kBias, bool kEpilogue>
+HWY_INLINE void KQuadTileNN(const GemmArgs& g, const float* HWY_RESTRICT packed, const float* HWY_RESTRICT a,
+                            float* HWY_RESTRICT c, int64_t i, int64_t j) {
+  const int64_t lda = g.lda, k = g.k;
+  const QuadStores<kTwo> st(g, j, kBias);
+  __m256 acc0[R], acc1[R], acc2[R], acc3[R], acc4[R];
+#pragma GCC unroll 5
+  for (int r = 0; r < R; ++r) {
+    acc0[r] = _mm256_setzero_ps(), acc1[r] = _mm256_setzero_ps(), acc2[r] = _mm256_setzero_ps();
+    acc3[r] = _mm256_setzero_ps(), acc4[r] = _mm256_setzero_ps();
+  }
+  const float* HWY_RESTRICT p = packed;
+  const float* HWY_RESTRICT ak = a;
+  const auto step = [&](auto whole_tag, int64_t kc) ATTNKIT_INLINE_LAMBDA {
+    constexpr bool kWhole = decltype(whole_tag)::value;
+    const __m256 b0 = _mm256_load_ps(p), b1 = _mm256_load_ps(p + 8), b2 = _mm256_load_ps(p + 16);
+    const __m256 b3 = _mm256_load_ps(p + 24), b4 = _mm256_load_ps(p + 32);
+#pragma GCC unroll 5
+    for (int r = 0; r < R; ++r) {
+      __m256 av;
+      if constexpr (kWhole) {
+        av = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(ak + r * lda));
+      } else {  // the last kc < 4 k-steps: zero in A's lanes past k (B's are zero too)
+        const __m128 quad = _mm_maskz_loadu_ps(static_cast<__mmask8>((1u << kc) - 1), ak + r * lda);
+        av = _mm256_set_m128(quad, quad);
+      }
+      acc0[r] = _mm256_fmadd_ps(av, b0, acc0[r]);
+      acc1[r] = _mm256_fmadd_ps(av, b1, acc1[r]);
+      acc2[r] = _mm256_fmadd_ps(av, b2, acc2[r]);
+      acc3[r] = _mm256_fmadd_ps(av, b3, acc3[r]);
+      acc4[r] = _mm256_fmadd_ps(av, b4, acc4[r]);
+    }
+    p += 40;
+    ak += 4;
+  };
+  int64_t k0 = 0;
+#pragma GCC unroll 1
+  for (; k0 + 4 <= k; k0 += 4) step(std::true_type(), 4);
+  if (k0 < k) step(std::false_type(), k - k0);
+  // Columns 0..7 of each row: hadd twice gives (l0 + l1) + (l2 + l3) of columns 0, 2, 4, 6 in
+  // the low half and 1, 3, 5, 7 in the high one; one permute puts them in order.
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  __m256 row8[R];
+#pragma GCC unroll 5
+  for (int r = 0; r < R; ++r) {
+    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(acc0[r], acc1[r]), _mm256_hadd_ps(acc2[r], acc3[r]));
+    row8[r] = _mm256_permutevar8x32_ps(s, order);
+  }
+  StoreQuadRows<R, kTwo, kBias, kEpilogue>(g, st, row8, acc4, i, j, c);
+}
+
+// Rows [i0, i1) of every product of span in tiles of at most kKQuadsNNRows rows (see
+// UseKQuadsNN): each product's B packed once for its tiles.
+HWY_INLINE void KQuadRowsNN(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1, const ProductSpan& span) {
+  WithFlag(j1 - j0 == 10, [&](auto two) {
+    constexpr bool kTwo = decltype(two)::value;
+    alignas(32) float packed[kKQuadsNNPacked];
+    ForEachProduct(span, g.a, g.b + j0, g.c + j0, [&](const float* a, const float* b, float* c) {
+      PackQuadsOfB<kTwo>(b, g.ldb, g.k, packed);
+      ForEachPairTile<static_cast<int>(kKQuadsNNRows)>(g, i0, i1, [&](auto r_tag, auto b_tag, auto e, int64_t i) {
+        KQuadTileNN<decltype(r_tag)::value, kTwo, decltype(b_tag)::value, decltype(e)::value>(
+            g, packed, a + i * g.lda, c + i * g.ldc, i, j0);
+      });
+    });
+  });
+}
+
 // Products with a transposed B of 9 or 10 columns and A not transposed (Q·Kᵀ and dY·Vᵀ at
 // T = 9 or 10) where 512-bit operations issue in halves (gemm_detail::avx512_halves, Zen 4):
 // SmallTileNT's 512-bit rows keep 10 of 16 lanes busy, and its transposes of B cost 3.5 512-bit
