@@ -93,6 +93,11 @@ inline void GemmBlockNotSmall(const GemmArgs& g, int64_t i0, int64_t i1, int64_t
     GemmSwapped(g, i0, i1, j0, j1);
   } else if (gemm_detail::use_dot_path(g.trans_a, g.n)) {
     GemmDot(g, i0, i1, j0, j1);
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
+  } else if (UseKQuadsNNAvx2(g)) {  // (never split by columns: at most 10)
+    HWY_DASSERT(j0 == 0 && j1 == g.n);
+    KQuadRowsNNAvx2(g, i0, i1);
+#endif
   } else {
     fused = GemmDirect(g, i0, i1, j0, j1);
   }

@@ -948,8 +948,9 @@ TEST_CASE("products with a transposed B of 5 to 8 columns (k in pairs) match a d
 // k = 32, columns 0..7 with k in pairs and columns 8..9 with k in octets (UsePairsNN), an odd
 // last k alone, a last octet of 1..7 k-steps, tiles of up to 10 rows; where 512-bit operations
 // issue in halves, 8-lane rows and columns 8..9 with k in quads (UseQuadsNN), tiles of up to
-// 12 rows, and from k = 32 all ten columns with k in quads (UseKQuadsNN), tiles of up to 5 rows,
-// both with a last quad of 1..3 k-steps; the same bits whatever
+// 12 rows, and from k = 32 all ten columns with k in quads (UseKQuadsNN), tiles of up to 5 rows;
+// on AVX2 from k = 32 the same k quads in tiles of 2 rows (UseKQuadsNNAvx2); all with a last
+// quad of 1..3 k-steps; the same bits whatever
 // the slices, the batching or the row a product starts at, a bias in the same stores, and
 // infinities where the lanes past k could have made inf · 0 = NaN.
 TEST_CASE("products of 9 or 10 columns with B not transposed (k in pairs and octets, or quads) match a double reference",
