@@ -999,8 +999,8 @@ HWY_INLINE void PackQuadsOfBAvx2(const float* HWY_RESTRICT b, int64_t ldb, int64
   for (int64_t k0 = 0; k0 < k; k0 += 4) {
     float* HWY_RESTRICT p = packed + 10 * k0;
     for (int q = 0; q < 4; ++q) {
-      const float* HWY_RESTRICT row = b + (k0 + q) * ldb;
       const bool in = k0 + q < k;
+      const float* HWY_RESTRICT row = in ? b + (k0 + q) * ldb : b;  // (no address past B's rows)
       for (int c = 0; c < 10; ++c) p[8 * (c / 2) + 4 * (c % 2) + q] = in && c < n ? row[c] : 0.0f;
     }
   }
