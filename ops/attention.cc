@@ -392,9 +392,9 @@ HWY_INLINE void DotTileT(D d, const float* const* HWY_RESTRICT ar, const float* 
   } else {
     HWY_ALIGN float lanes[K];
     hn::Store(sums, d, lanes);
-    for (int c = 0; c < C; ++c) {
+    for (int c = 0; c < C; ++c) {  // a key row's R queries: one copy of R·4 bytes each
       if (c >= cols) break;
-      for (int r = 0; r < R; ++r) out[c * ldo + r] = lanes[c * R + r];
+      std::memcpy(out + c * ldo, lanes + c * R, R * sizeof(float));
     }
   }
 }
@@ -523,9 +523,9 @@ HWY_NOINLINE void ShortBackward(DT dt, DH dhd, const float* q, const float* k, c
   SummedTiles tiles;
   int64_t tiles_rows = -1;  // the key rows `tiles` was planned for
   float* summed_st = x.summed_st;  // (shares rows_t's space: a head-summed backward needs no dyᵀ)
-  if (summed)  // query lanes past tq: zeros, or the copies of the last query's values the tiles write
-    for (int64_t r = 0; r < m.heads * m.tk; ++r)
-      for (int64_t i = m.tq; i < tqp; ++i) summed_st[r * tqp + i] = 0.0f;
+  // Query lanes past tq: zeros, or the copies of the last query's values the tiles write (the
+  // whole rows zeroed in one call: the tiles write every lane below tq before it is read).
+  if (summed) std::memset(summed_st, 0, static_cast<size_t>(m.heads * m.tk * tqp) * sizeof(float));
   const int64_t ldy = m.y_row();  // (sum_heads: every head reads the one dy)
   const int64_t b_first = p0 / m.heads, h_first_of_range = p0 % m.heads;
   int64_t b = b_first, h = h_first_of_range - 1;  // (stepped with p: no division per product)
@@ -1063,10 +1063,13 @@ void AttentionValueTableBackward(const float* probs, const float* dy, float* dta
                                  int64_t batch, int64_t vocab, bool accumulate, int64_t l0, int64_t l1,
                                  float* dstart, bool accumulate_start) {
   if (dtable) {
-    if (!accumulate)
+    if (!accumulate && l0 == 0 && l1 == m.tk) {  // every position: the whole table, one call
+      std::memset(dtable, 0, static_cast<size_t>(vocab * m.tk * m.dv) * sizeof(float));
+    } else if (!accumulate) {
       for (int64_t t = 0; t < vocab; ++t)
         for (int64_t l = l0; l < l1; ++l)
           std::memset(dtable + (t * m.tk + l) * m.dv, 0, static_cast<size_t>(m.dv) * sizeof(float));
+    }
     if (!UseFull(m.dvh, true) && m.dvh % LanesOf(D8()) == 0) {  // (head sizes 8, 24, 40 on 16 lanes)
       ValueTableRows(D8(), probs, dy, dtable, m, batch, l0, l1);
     } else {
