@@ -11,9 +11,11 @@
 #endif
 
 #include <algorithm>
+#include <type_traits>
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "ops/gemm_quads-inl.h"  // PackKQuadsOfB, KQuadSums, Columns89Sums (AVX2)
 #include "ops/gemm_small-inl.h"  // GemmSmall (AVX-512)
 #include "ops/gemm_tile-inl.h"  // DF, VF, GemmArgs, tiles, ForEachRowTile
 #include "ops/ops_simd-inl.h"   // TransposeBlock8x8, WithCount
@@ -981,97 +983,53 @@ inline void GemmDot(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64
 
 #if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
 // A·B of 9 or 10 columns with 32 <= k <= 256 on AVX2 (a 10-class head's forward x·W), in the
-// AVX-512 build's k quads (see UseKQuadsNN in ops/gemm_small-inl.h): lane 4e + q of a row's
-// vector v = 0..4 sums A(r, kk)·B(kk, 2v + e) over the kk of kk % 4 = q, so a row's four A
-// values are one 128-bit broadcast load for its five FMAs and every lane works (the direct
-// path's 8-lane rows of this product fill 10 of 16 lanes). B is packed once per block in the
-// same layout; after the k loop each column's four lanes are added (l0 + l1) + (l2 + l3).
-// Two rows a tile: 10 accumulators, 5 B vectors and the broadcast in AVX2's 16 registers.
-// Chosen on the whole product's shape, so every block and slice sums the same way.
+// AVX-512 build's k quads (ops/gemm_quads-inl.h; UseKQuadsNN in ops/gemm_small-inl.h): a row's
+// four A values of a quad are one 128-bit broadcast load for its five FMAs and every lane works
+// (the direct path's 8-lane rows of this product fill 10 of 16 lanes). B is packed once per
+// block. Two rows a tile: 10 accumulators, 5 B vectors and the broadcast in AVX2's 16
+// registers. Chosen on the whole product's shape, so every block and slice sums the same way.
 inline bool UseKQuadsNNAvx2(const GemmArgs& g) {
-  return !g.trans_a && !g.trans_b && g.n >= 9 && g.n <= 10 && g.k >= 32 && g.k <= 256;
+  return !g.trans_a && !g.trans_b && g.n >= 9 && g.n <= 10 && g.k >= 32 && g.k <= kKQuadsMaxK;
 }
 
-// B's 9 or 10 columns in quads of k (PackQuadsOfB's layout): quad w at packed + 40w, vector v
-// lane 4e + q = B(4w + q, 2v + e), zero past k and past column n − 1.
-HWY_INLINE void PackQuadsOfBAvx2(const float* HWY_RESTRICT b, int64_t ldb, int64_t k, int64_t n,
-                                 float* HWY_RESTRICT packed) {
-  for (int64_t k0 = 0; k0 < k; k0 += 4) {
-    float* HWY_RESTRICT p = packed + 10 * k0;
-    for (int q = 0; q < 4; ++q) {
-      const bool in = k0 + q < k;
-      const float* HWY_RESTRICT row = in ? b + (k0 + q) * ldb : b;  // (no address past B's rows)
-      for (int c = 0; c < 10; ++c) p[8 * (c / 2) + 4 * (c % 2) + q] = in && c < n ? row[c] : 0.0f;
-    }
-  }
-}
-
-// Rows i..i + R of the product from packed (a at A's row i, c at C's row i, column 0).
+// Rows i..i + R of the product from PackKQuadsOfB's packed (a at A's row i, c at C's row i,
+// column 0), stored through DirectCombine (alpha, beta, bias; no epilogue).
 template <int R, bool kTwo, bool kBias, bool kAlphaOne, Combine kCombine>
 HWY_INLINE void KQuadTileAvx2(const GemmArgs& g, const float* HWY_RESTRICT packed, const float* HWY_RESTRICT a,
                               float* HWY_RESTRICT c) {
-  const int64_t lda = g.lda, k = g.k, ldc = g.ldc;
-  __m256 acc[5 * R];
-  for (int q = 0; q < 5 * R; ++q) acc[q] = _mm256_setzero_ps();
-  const float* HWY_RESTRICT p = packed;
-  int64_t k0 = 0;
-#pragma GCC unroll 1
-  for (; k0 + 4 <= k; k0 += 4, p += 40) {
-#pragma GCC unroll 2
-    for (int r = 0; r < R; ++r) {
-      const __m256 av = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(a + r * lda + k0));
-#pragma GCC unroll 5
-      for (int v = 0; v < 5; ++v) acc[5 * r + v] = _mm256_fmadd_ps(av, _mm256_load_ps(p + 8 * v), acc[5 * r + v]);
-    }
-  }
-  if (k0 < k) {  // the last k - k0 < 4 k-steps: zero in A's lanes past k (B's are zero too)
-    const __m128i lanes = _mm_setr_epi32(0, 1, 2, 3);
-    const __m128i in = _mm_cmpgt_epi32(_mm_set1_epi32(static_cast<int>(k - k0)), lanes);
-#pragma GCC unroll 2
-    for (int r = 0; r < R; ++r) {
-      const __m128 quad = _mm_maskload_ps(a + r * lda + k0, in);
-      const __m256 av = _mm256_set_m128(quad, quad);
-#pragma GCC unroll 5
-      for (int v = 0; v < 5; ++v) acc[5 * r + v] = _mm256_fmadd_ps(av, _mm256_load_ps(p + 8 * v), acc[5 * r + v]);
-    }
-  }
   using D8 = hn::Full256<float>;
   using DT = std::conditional_t<kTwo, hn::Full64<float>, hn::Full32<float>>;
   const D8 d8;
   const DT dt;
+  __m256 row8[R], col89[R], sums[(R + 3) / 4];
+  KQuadSums<R>(packed, a, g.lda, g.k, row8, col89);
+  Columns89Sums<R>(col89, sums);
   const auto va8 = hn::Set(d8, g.alpha), vb8 = hn::Set(d8, g.beta);
   const auto vat = hn::Set(dt, g.alpha), vbt = hn::Set(dt, g.beta);
   const auto bias8 = kBias ? hn::LoadU(d8, g.bias) : hn::Zero(d8);
   const auto biast = kBias ? hn::LoadU(dt, g.bias + 8) : hn::Zero(dt);
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
 #pragma GCC unroll 2
   for (int r = 0; r < R; ++r) {
-    // Columns 0, 2, 4, 6 in the low half and 1, 3, 5, 7 in the high one, then in order.
-    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(acc[5 * r], acc[5 * r + 1]),
-                                    _mm256_hadd_ps(acc[5 * r + 2], acc[5 * r + 3]));
-    const hn::Vec<D8> row8{_mm256_permutevar8x32_ps(s, order)};
-    // Columns 8 (lane 0) and 9 (lane 4) of the same tree.
-    const __m256 h = _mm256_hadd_ps(acc[5 * r + 4], acc[5 * r + 4]);
-    const __m256 t = _mm256_hadd_ps(h, h);
-    const hn::Vec<DT> tail{_mm_unpacklo_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1))};
-    float* HWY_RESTRICT cr = c + r * ldc;
+    const hn::Vec<DT> tail{Columns89OfRow<R>(sums, r)};
+    float* HWY_RESTRICT cr = c + r * g.ldc;
     const auto old8 = kCombine == Combine::kOverwrite ? hn::Zero(d8) : hn::LoadU(d8, cr);
     const auto oldt = kCombine == Combine::kOverwrite ? hn::Zero(dt) : hn::LoadU(dt, cr + 8);
-    hn::StoreU(DirectCombine<kBias, kAlphaOne>(d8, row8, va8, vb8, old8, kCombine, bias8), d8, cr);
+    hn::StoreU(DirectCombine<kBias, kAlphaOne>(d8, hn::Vec<D8>{row8[r]}, va8, vb8, old8, kCombine, bias8), d8, cr);
     hn::StoreU(DirectCombine<kBias, kAlphaOne>(dt, tail, vat, vbt, oldt, kCombine, biast), dt, cr + 8);
   }
 }
 
 // Rows [i0, i1) of one product (all its 9 or 10 columns), see UseKQuadsNNAvx2.
 HWY_NOINLINE inline void KQuadRowsNNAvx2(const GemmArgs& g, int64_t i0, int64_t i1) {
-  alignas(32) float packed[40 * (256 / 4)];
-  PackQuadsOfBAvx2(g.b, g.ldb, g.k, g.n, packed);
+  alignas(32) float packed[kKQuadsPacked];
   WithFlag(g.n == 10, [&](auto two) {
+    constexpr bool kTwo = decltype(two)::value;
+    PackKQuadsOfB<kTwo>(g.b, g.ldb, g.k, packed);
     WithFlag(g.bias != nullptr, [&](auto bias) {
       WithFlag(g.alpha == 1.0f, [&](auto alpha_one) {
         const auto rows = [&](auto combine_tag) {
           constexpr Combine kC = decltype(combine_tag)::value;
-          constexpr bool kTwo = decltype(two)::value, kBias = decltype(bias)::value;
+          constexpr bool kBias = decltype(bias)::value;
           constexpr bool kAlphaOne = decltype(alpha_one)::value;
           int64_t i = i0;
           for (; i + 2 <= i1; i += 2)

@@ -26,7 +26,8 @@
 #include <utility>
 
 #include "hwy/highway.h"
-#include "ops/gemm_tile-inl.h"  // DF, VF, GemmArgs, CombineVec, FirstCombine
+#include "ops/gemm_quads-inl.h"  // Columns89QuadOfB, Columns89Sums, PackKQuadsOfB, KQuadSums
+#include "ops/gemm_tile-inl.h"   // DF, VF, GemmArgs, CombineVec, FirstCombine
 #include "ops/ops_simd-inl.h"   // Transpose8x8, WithCount
 
 HWY_BEFORE_NAMESPACE();
@@ -636,35 +637,6 @@ HWY_INLINE bool UsePairsNN(const GemmArgs& g) {
 // operands fit in the 32 vector registers.
 inline constexpr int64_t kPairsNNRows = 10;
 
-// B(kk, 8) and, with kTwo, B(kk, 9) (else zero) in the low 64 bits, from p = B's row kk at
-// column 8.
-template <bool kTwo>
-HWY_INLINE __m128d Pair89OfB(const float* HWY_RESTRICT p) {
-  if constexpr (kTwo) {
-    double pair;  // (memcpy: the floats read as one 64-bit value, which _mm_load_sd's double* is not)
-    std::memcpy(&pair, p, sizeof(pair));
-    return _mm_set_sd(pair);
-  } else {
-    return _mm_castps_pd(_mm_load_ss(p));
-  }
-}
-
-// B(k0 + R0 + r, 8) and B(k0 + R0 + r, 9) (zero without kTwo) in 64-bit lane r, r < 4, zero
-// for R0 + r >= kc unless kWhole; b = B's row k0 at column 8.
-template <bool kTwo, bool kWhole, int R0>
-HWY_INLINE __m256d Pairs89OfB(const float* HWY_RESTRICT b, int64_t ldb, int64_t kc) {
-  __m128d q[4];
-#pragma GCC unroll 4
-  for (int r = 0; r < 4; ++r) {
-    if (kWhole || R0 + r < kc) {
-      q[r] = Pair89OfB<kTwo>(b + (R0 + r) * ldb);
-    } else {
-      q[r] = _mm_setzero_pd();
-    }
-  }
-  return _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_unpacklo_pd(q[0], q[1])), _mm_unpacklo_pd(q[2], q[3]), 1);
-}
-
 // Lanes 0..7: B(k0 + q, 8), lanes 8..15: B(k0 + q, 9) (zero without kTwo), for q < kc (zero
 // past it); b = B's row k0 at column 8.
 template <bool kTwo, bool kWhole>
@@ -848,15 +820,6 @@ HWY_INLINE bool UseQuadsNN(const GemmArgs& g) {
 // the 32 vector registers.
 inline constexpr int64_t kQuadsNNRows = 12;
 
-// Lanes 0..3: B(k0 + q, 8), lanes 4..7: B(k0 + q, 9) (zero without kTwo), for q < kc (zero
-// past it); b = B's row k0 at column 8.
-template <bool kTwo, bool kWhole>
-HWY_INLINE __m256 Columns89QuadOfB(const float* HWY_RESTRICT b, int64_t ldb, int64_t kc) {
-  const __m256d pairs = Pairs89OfB<kTwo, kWhole, 0>(b, ldb, kc);
-  // (q, c) → (c, q)
-  return _mm256_permutevar8x32_ps(_mm256_castpd_ps(pairs), _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
-}
-
 // Floats of a quads-NN product's packed columns 8 and 9: 8 a quad, k <= 256.
 inline constexpr int64_t kQuadsNNPacked = 2 * 256;
 
@@ -901,16 +864,8 @@ HWY_INLINE void StoreQuadRows(const GemmArgs& g, const QuadStores<kTwo>& st, con
   using VT = hn::Vec<DT>;
   const DT dt;
   const int64_t ldc = g.ldc;
-  // Rows in fours: sums[w] lanes 0..3 = rows 4w..4w + 3's column 8, lanes 4..7 their column 9.
-  constexpr int kW = (R + 3) / 4;
-  __m256 sums[kW];
-#pragma GCC unroll 3
-  for (int w = 0; w < kW; ++w) {
-    const __m256 zero = _mm256_setzero_ps();
-    const __m256 h0 = _mm256_hadd_ps(acc2[4 * w], 4 * w + 1 < R ? acc2[4 * w + 1] : zero);
-    const __m256 h1 = _mm256_hadd_ps(4 * w + 2 < R ? acc2[4 * w + 2] : zero, 4 * w + 3 < R ? acc2[4 * w + 3] : zero);
-    sums[w] = _mm256_hadd_ps(h0, h1);
-  }
+  __m256 sums[(R + 3) / 4];
+  Columns89Sums<R>(acc2, sums);
   // Each row in two plain stores: columns 0..7 (8 lanes) and 8..9 (2 lanes, 1 without kTwo).
   // One masked 512-bit store a row instead cost Zen 4 more than the row's FMAs at k = 16.
   const auto store_rows = [&](auto combine_tag, auto kind_tag) ATTNKIT_INLINE_LAMBDA {
@@ -918,9 +873,7 @@ HWY_INLINE void StoreQuadRows(const GemmArgs& g, const QuadStores<kTwo>& st, con
     constexpr EpilogueKind kKind = decltype(kind_tag)::value;
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
-      const int s = r & 3;
-      const __m256i pick = _mm256_setr_epi32(s, s + 4, 0, 0, 0, 0, 0, 0);
-      const __m128 tail = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(sums[r / 4], pick));
+      const __m128 tail = Columns89OfRow<R>(sums, r);
       float* HWY_RESTRICT cr = c + r * ldc;
       SmallStoreVec<false, kBias, kKind>(d8, V8{acc[r]}, st.va8, st.vb8, kCombine, hn::FirstN(d8, 8), st.bias8, g,
                                          i + r, j, cr);
@@ -974,12 +927,33 @@ HWY_INLINE void QuadTileNN(const GemmArgs& g, const ProductSpan& span, int64_t i
 #pragma GCC unroll 1
       for (; k0 + 4 <= k; k0 += 4) {
         const __m256 b89 = kPacked ? _mm256_load_ps(packed + 2 * k0) : Columns89QuadOfB<kTwo, true>(bk + 8, ldb, 4);
+        __m256 bv[4];
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) bv[q] = _mm256_loadu_ps(bk + q * ldb);
+        // A row's quad (one load) feeds its columns 8 and 9; rows 0..3 take their columns
+        // 0..7's A values from it too, each spread over the vector by an in-lane shuffle, the
+        // others as broadcast loads: with a broadcast load for every row and k-step the loop
+        // was bound by its loads, with shuffles for every row by the shuffles. The same FMAs
+        // in the same order, so the same bits. Batched 128 × 10×16×10 on Zen 4: 0.92× the
+        // time with every second row shuffled, 0.85× with rows 0..3 (every row: 1.02×).
 #pragma GCC unroll 12
         for (int r = 0; r < R; ++r) {
-          const __m128* quad = reinterpret_cast<const __m128*>(ATileRow<R>(ak, ak6, lda, r));
-          acc2[r] = _mm256_fmadd_ps(_mm256_broadcast_ps(quad), b89, acc2[r]);
+          const float* HWY_RESTRICT ar = ATileRow<R>(ak, ak6, lda, r);
+          const __m256 quad = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(ar));
+          acc2[r] = _mm256_fmadd_ps(quad, b89, acc2[r]);
+          if (r < 4) {
+            acc[r] = _mm256_fmadd_ps(_mm256_shuffle_ps(quad, quad, 0x00), bv[0], acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_shuffle_ps(quad, quad, 0x55), bv[1], acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_shuffle_ps(quad, quad, 0xAA), bv[2], acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_shuffle_ps(quad, quad, 0xFF), bv[3], acc[r]);
+          } else {
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; ++q) acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(ar[q]), bv[q], acc[r]);
+          }
         }
-        columns_0_7(4);
+        ak += 4;
+        ak6 += 4;
+        bk += 4 * ldb;
       }
       if (k0 < k) {  // the last kc < 4 k-steps: zero in A's and B's lanes past k
         const int64_t kc = k - k0;
@@ -1019,101 +993,29 @@ HWY_INLINE void QuadRowsNN(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0
 
 // A·B of 9 or 10 columns from k = kKQuadsNNMinK where 512-bit operations issue in halves
 // (UseQuadsNN's products; Linear(128, 10)'s forward): all ten columns with k in quads, as
-// QuadTileNN's columns 8 and 9. Lane 4(c mod 2) + q of a row's vector c / 2 (c = 0..9, five
-// 8-lane vectors) sums A(r, kk)·B(kk, c) over the kk of kk % 4 = q: a row's four A values are
-// one 128-bit broadcast load for its five FMAs (QuadTileNN: five loads, one a column vector
-// and k-step, for the same five FMAs), and B is packed once per product in the same layout
-// (PackQuadsOfB). After the k loop each column's four lanes are added (l0 + l1) + (l2 + l3),
-// QuadTileNN's tree for columns 8 and 9, so its stores (StoreQuadRows) take the rows as they
-// are. 640 × 128 × 10: 15.7 µs against QuadTileNN's 18.6 (AMD EPYC Zen 4, one thread, a
-// bare loop); five rows a tile (25 accumulators, 5 B vectors and A's broadcast: 31 of the 32
-// registers). Chosen on the whole product's shape (k), never a block's. From k = 32: a batch of
-// 128 10 × 16 × 10 products took 1.49× QuadTileNN's time (B packed for each product).
+// QuadTileNN's columns 8 and 9, in ops/gemm_quads-inl.h's k-quads layout (KQuadSums): a row's
+// four A values are one 128-bit broadcast load for its five FMAs (QuadTileNN: five loads, one
+// a column vector and k-step, for the same five FMAs), and B is packed once per product
+// (PackKQuadsOfB). Each column's four lanes are added (l0 + l1) + (l2 + l3), QuadTileNN's tree
+// for columns 8 and 9, so its stores (StoreQuadRows) take the rows as they are.
+// 640 × 128 × 10: 15.7 µs against QuadTileNN's 18.6 (AMD EPYC Zen 4, one thread, a bare loop);
+// five rows a tile (25 accumulators, 5 B vectors and A's broadcast: 31 of the 32 registers).
+// Chosen on the whole product's shape (k), never a block's. From k = 32: a batch of 128
+// 10 × 16 × 10 products took 1.49× QuadTileNN's time (B packed for each product).
 inline constexpr int64_t kKQuadsNNMinK = 32;
 inline constexpr int64_t kKQuadsNNRows = 5;
-// Floats of PackQuadsOfB's output: 40 a quad (five 8-lane vectors), k <= 256.
-inline constexpr int64_t kKQuadsNNPacked = 40 * (256 / 4);
 
 HWY_INLINE bool UseKQuadsNN(const GemmArgs& g) { return UseQuadsNN(g) && g.k >= kKQuadsNNMinK; }
 
-// B's 9 or 10 columns (column 9 zero without kTwo) in quads of k: quad w at packed + 40w,
-// vector v = 0..4 (columns 2v and 2v + 1) lane 4e + q = B(4w + q, 2v + e), zero past k.
-template <bool kTwo>
-HWY_INLINE void PackQuadsOfB(const float* HWY_RESTRICT b, int64_t ldb, int64_t k, float* HWY_RESTRICT packed) {
-  const auto quad = [&](auto whole_tag, int64_t k0, int64_t kc) ATTNKIT_INLINE_LAMBDA {
-    constexpr bool kWhole = decltype(whole_tag)::value;
-    const float* HWY_RESTRICT bk = b + k0 * ldb;
-    __m256 r[4];
-#pragma GCC unroll 4
-    for (int q = 0; q < 4; ++q) r[q] = kWhole || q < kc ? _mm256_loadu_ps(bk + q * ldb) : _mm256_setzero_ps();
-    // 4 × 8 → (column, k): u0 = columns 0 | 4, u1 = 1 | 5, u2 = 2 | 6, u3 = 3 | 7 (4 k-steps each).
-    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    float* HWY_RESTRICT p = packed + 10 * k0;
-    _mm256_store_ps(p, _mm256_permute2f128_ps(u0, u1, 0x20));
-    _mm256_store_ps(p + 8, _mm256_permute2f128_ps(u2, u3, 0x20));
-    _mm256_store_ps(p + 16, _mm256_permute2f128_ps(u0, u1, 0x31));
-    _mm256_store_ps(p + 24, _mm256_permute2f128_ps(u2, u3, 0x31));
-    _mm256_store_ps(p + 32, Columns89QuadOfB<kTwo, kWhole>(bk + 8, ldb, kc));
-  };
-  int64_t k0 = 0;
-  for (; k0 + 4 <= k; k0 += 4) quad(std::true_type(), k0, 4);
-  if (k0 < k) quad(std::false_type(), k0, k - k0);
-}
-
 // Rows i..i + R (R <= kKQuadsNNRows) of one product, columns j..j + 9 or 10 (kTwo), from
-// PackQuadsOfB's packed: a at A's row i, c at C's row i and column j (see UseKQuadsNN).
+// PackKQuadsOfB's packed: a at A's row i, c at C's row i and column j (see UseKQuadsNN).
 template <int R, bool kTwo, bool kBias, bool kEpilogue>
 HWY_INLINE void KQuadTileNN(const GemmArgs& g, const float* HWY_RESTRICT packed, const float* HWY_RESTRICT a,
                             float* HWY_RESTRICT c, int64_t i, int64_t j) {
-  const int64_t lda = g.lda, k = g.k;
   const QuadStores<kTwo> st(g, j, kBias);
-  __m256 acc0[R], acc1[R], acc2[R], acc3[R], acc4[R];
-#pragma GCC unroll 5
-  for (int r = 0; r < R; ++r) {
-    acc0[r] = _mm256_setzero_ps(), acc1[r] = _mm256_setzero_ps(), acc2[r] = _mm256_setzero_ps();
-    acc3[r] = _mm256_setzero_ps(), acc4[r] = _mm256_setzero_ps();
-  }
-  const float* HWY_RESTRICT p = packed;
-  const float* HWY_RESTRICT ak = a;
-  const auto step = [&](auto whole_tag, int64_t kc) ATTNKIT_INLINE_LAMBDA {
-    constexpr bool kWhole = decltype(whole_tag)::value;
-    const __m256 b0 = _mm256_load_ps(p), b1 = _mm256_load_ps(p + 8), b2 = _mm256_load_ps(p + 16);
-    const __m256 b3 = _mm256_load_ps(p + 24), b4 = _mm256_load_ps(p + 32);
-#pragma GCC unroll 5
-    for (int r = 0; r < R; ++r) {
-      __m256 av;
-      if constexpr (kWhole) {
-        av = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(ak + r * lda));
-      } else {  // the last kc < 4 k-steps: zero in A's lanes past k (B's are zero too)
-        const __m128 quad = _mm_maskz_loadu_ps(static_cast<__mmask8>((1u << kc) - 1), ak + r * lda);
-        av = _mm256_set_m128(quad, quad);
-      }
-      acc0[r] = _mm256_fmadd_ps(av, b0, acc0[r]);
-      acc1[r] = _mm256_fmadd_ps(av, b1, acc1[r]);
-      acc2[r] = _mm256_fmadd_ps(av, b2, acc2[r]);
-      acc3[r] = _mm256_fmadd_ps(av, b3, acc3[r]);
-      acc4[r] = _mm256_fmadd_ps(av, b4, acc4[r]);
-    }
-    p += 40;
-    ak += 4;
-  };
-  int64_t k0 = 0;
-#pragma GCC unroll 1
-  for (; k0 + 4 <= k; k0 += 4) step(std::true_type(), 4);
-  if (k0 < k) step(std::false_type(), k - k0);
-  // Columns 0..7 of each row: hadd twice gives (l0 + l1) + (l2 + l3) of columns 0, 2, 4, 6 in
-  // the low half and 1, 3, 5, 7 in the high one; one permute puts them in order.
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  __m256 row8[R];
-#pragma GCC unroll 5
-  for (int r = 0; r < R; ++r) {
-    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(acc0[r], acc1[r]), _mm256_hadd_ps(acc2[r], acc3[r]));
-    row8[r] = _mm256_permutevar8x32_ps(s, order);
-  }
-  StoreQuadRows<R, kTwo, kBias, kEpilogue>(g, st, row8, acc4, i, j, c);
+  __m256 row8[R], col89[R];
+  KQuadSums<R>(packed, a, g.lda, g.k, row8, col89);
+  StoreQuadRows<R, kTwo, kBias, kEpilogue>(g, st, row8, col89, i, j, c);
 }
 
 // Rows [i0, i1) of every product of span in tiles of at most kKQuadsNNRows rows (see
@@ -1121,9 +1023,9 @@ HWY_INLINE void KQuadTileNN(const GemmArgs& g, const float* HWY_RESTRICT packed,
 HWY_INLINE void KQuadRowsNN(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1, const ProductSpan& span) {
   WithFlag(j1 - j0 == 10, [&](auto two) {
     constexpr bool kTwo = decltype(two)::value;
-    alignas(32) float packed[kKQuadsNNPacked];
+    alignas(32) float packed[kKQuadsPacked];
     ForEachProduct(span, g.a, g.b + j0, g.c + j0, [&](const float* a, const float* b, float* c) {
-      PackQuadsOfB<kTwo>(b, g.ldb, g.k, packed);
+      PackKQuadsOfB<kTwo>(b, g.ldb, g.k, packed);
       ForEachPairTile<static_cast<int>(kKQuadsNNRows)>(g, i0, i1, [&](auto r_tag, auto b_tag, auto e, int64_t i) {
         KQuadTileNN<decltype(r_tag)::value, kTwo, decltype(b_tag)::value, decltype(e)::value>(
             g, packed, a + i * g.lda, c + i * g.ldc, i, j0);
