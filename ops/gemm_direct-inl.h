@@ -989,7 +989,7 @@ inline void GemmDot(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64
 // block. Two rows a tile: 10 accumulators, 5 B vectors and the broadcast in AVX2's 16
 // registers. Chosen on the whole product's shape, so every block and slice sums the same way.
 inline bool UseKQuadsNNAvx2(const GemmArgs& g) {
-  return !g.trans_a && !g.trans_b && g.n >= 9 && g.n <= 10 && g.k >= 32 && g.k <= kKQuadsMaxK;
+  return !g.trans_a && !g.trans_b && g.n >= 9 && g.n <= 10 && g.k >= kKQuadsMinK && g.k <= kKQuadsMaxK;
 }
 
 // Rows i..i + R of the product from PackKQuadsOfB's packed (a at A's row i, c at C's row i,

@@ -96,6 +96,10 @@ HWY_INLINE __m128 Columns89OfRow(const __m256 (&sums)[(R + 3) / 4], int r) {
 // row's four A values of a quad are one 128-bit broadcast load for its five FMAs and every lane
 // works. After the k loop each column's four lanes are added (l0 + l1) + (l2 + l3); for columns
 // 0..7 three hadds of vectors 0..3 leave them in order.
+// The k range of the k-quads paths (the AVX-512 small path's UseKQuadsNN and the AVX2 direct
+// path's UseKQuadsNNAvx2): from k = 32, as below it packing B for each product costs more than
+// it saves (see UseKQuadsNN); at most 256 (the packed buffer's size).
+inline constexpr int64_t kKQuadsMinK = 32;
 inline constexpr int64_t kKQuadsMaxK = 256;
 // Floats of PackKQuadsOfB's output: 40 a quad (five 8-lane vectors), k <= kKQuadsMaxK.
 inline constexpr int64_t kKQuadsPacked = 40 * (kKQuadsMaxK / 4);

@@ -991,7 +991,7 @@ HWY_INLINE void QuadRowsNN(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0
   });
 }
 
-// A·B of 9 or 10 columns from k = kKQuadsNNMinK where 512-bit operations issue in halves
+// A·B of 9 or 10 columns from k = kKQuadsMinK where 512-bit operations issue in halves
 // (UseQuadsNN's products; Linear(128, 10)'s forward): all ten columns with k in quads, as
 // QuadTileNN's columns 8 and 9, in ops/gemm_quads-inl.h's k-quads layout (KQuadSums): a row's
 // four A values are one 128-bit broadcast load for its five FMAs (QuadTileNN: five loads, one
@@ -1002,10 +1002,9 @@ HWY_INLINE void QuadRowsNN(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0
 // five rows a tile (25 accumulators, 5 B vectors and A's broadcast: 31 of the 32 registers).
 // Chosen on the whole product's shape (k), never a block's. From k = 32: a batch of 128
 // 10 × 16 × 10 products took 1.49× QuadTileNN's time (B packed for each product).
-inline constexpr int64_t kKQuadsNNMinK = 32;
 inline constexpr int64_t kKQuadsNNRows = 5;
 
-HWY_INLINE bool UseKQuadsNN(const GemmArgs& g) { return UseQuadsNN(g) && g.k >= kKQuadsNNMinK; }
+HWY_INLINE bool UseKQuadsNN(const GemmArgs& g) { return UseQuadsNN(g) && g.k >= kKQuadsMinK; }
 
 // Rows i..i + R (R <= kKQuadsNNRows) of one product, columns j..j + 9 or 10 (kTwo), from
 // PackKQuadsOfB's packed: a at A's row i, c at C's row i and column j (see UseKQuadsNN).
