@@ -35,6 +35,10 @@ inline bool apply_simd_target(const char* program) {
       "attnkit_avx512_width", std::string(gemm_avx512_width_name()) +
                                   (std::getenv("ATTNKIT_AVX512_WIDTH") ? " (ATTNKIT_AVX512_WIDTH)" : "") +
                                   (avx512_target_in_use() ? "" : " (unused below AVX3)"));
+  benchmark::AddCustomContext(
+      "attnkit_ten_columns", std::string(gemm_ten_columns_name()) +
+                                 (std::getenv("ATTNKIT_TEN_COLUMNS") ? " (ATTNKIT_TEN_COLUMNS)" : "") +
+                                 (avx512_target_in_use() ? "" : " (unused below AVX3)"));
   benchmark::AddCustomContext("attnkit_bf16_kernel", std::string(bf16_kernel_name(bf16_kernel())) +
                                                          " (this CPU has: " + bf16_kernels_available() + ")");
   const char* forced = std::getenv("OPENBLAS_CORETYPE");

@@ -163,6 +163,7 @@ def main():
                                                    if len(targets) == 2 else "") +
                  f"; small products' A values: {best_ctx.get('attnkit_small_gemm', '?')}"
                  f"; AVX-512 core width: {best_ctx.get('attnkit_avx512_width', '?')}"
+                 f"; 9/10-column products: {best_ctx.get('attnkit_ten_columns', '?')}"
                  f"; OpenBLAS kernels: {best_ctx.get('openblas_kernels', '?')}; one thread; "
                  f"{args.rounds} round(s), medians of 5 repetitions each.")
     lines.append("")

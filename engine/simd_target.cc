@@ -146,11 +146,17 @@ void force_avx512_width(const std::string& name) {
                      set_gemm_avx512_width);
 }
 
+void force_ten_columns(const std::string& name) {
+  force_named_choice(name, "layout of the 9/10-column products", {{"wide", TenColumns::kWide}, {"quads", TenColumns::kQuads}},
+                     set_gemm_ten_columns);
+}
+
 void apply_simd_target_env() {
   static std::once_flag once;
   static std::string failure;
   std::call_once(once, [] {
-    for (const char* var : {"ATTNKIT_SIMD_TARGET", "ATTNKIT_BF16", "ATTNKIT_SMALL_GEMM", "ATTNKIT_AVX512_WIDTH"}) {
+    for (const char* var :
+         {"ATTNKIT_SIMD_TARGET", "ATTNKIT_BF16", "ATTNKIT_SMALL_GEMM", "ATTNKIT_AVX512_WIDTH", "ATTNKIT_TEN_COLUMNS"}) {
       const char* value = std::getenv(var);
       if (!value) continue;
       try {
@@ -160,8 +166,10 @@ void apply_simd_target_env() {
           force_bf16_kernel(value);
         } else if (std::string(var) == "ATTNKIT_SMALL_GEMM") {
           force_small_gemm_values(value);
-        } else {
+        } else if (std::string(var) == "ATTNKIT_AVX512_WIDTH") {
           force_avx512_width(value);
+        } else {
+          force_ten_columns(value);
         }
       } catch (const Error& e) {
         failure = std::string(var) + "=" + value + ": " + e.what();

@@ -455,6 +455,8 @@ int AmdFamily() {
 bool CpuDefaultSmallSplit() { return AmdFamily() >= 0x1A; }
 // Avx512Width::kCpuDefault: halves on AMD family 0x19 (Zen 3 has no AVX-512, Zen 4 splits it).
 bool CpuDefaultAvx512Halves() { return AmdFamily() == 0x19; }
+// TenColumns::kCpuDefault: 16-lane rows on AMD Zen 5 and later, the quads paths elsewhere.
+bool CpuDefaultTenColumnsQuads() { return AmdFamily() < 0x1A; }
 // A yes/no choice of the kernels (a gemm_detail flag) with a CPU default, set before main
 // unless a setter ran first: `set` is constant-initialized, so a call from another static
 // initializer before this file's keeps its choice.
@@ -472,8 +474,10 @@ struct CpuChoice {
 };
 CpuChoice g_small_split{gemm_detail::small_split, CpuDefaultSmallSplit};
 CpuChoice g_avx512_halves{gemm_detail::avx512_halves, CpuDefaultAvx512Halves};
-// (Both run: `&&` or `||` would skip the second after the first's result.)
-[[maybe_unused]] const bool g_choices_at_start[] = {g_small_split.init(), g_avx512_halves.init()};
+CpuChoice g_ten_columns_quads{gemm_detail::ten_columns_quads, CpuDefaultTenColumnsQuads};
+// (Each runs: `&&` or `||` would skip the rest after the first's result.)
+[[maybe_unused]] const bool g_choices_at_start[] = {g_small_split.init(), g_avx512_halves.init(),
+                                                    g_ten_columns_quads.init()};
 }  // namespace
 
 void set_gemm_small_values(SmallGemmValues values) { g_small_split.choose(values, SmallGemmValues::kSplit); }
@@ -485,6 +489,9 @@ const char* gemm_small_values_name() { return gemm_detail::small_split ? "split"
 void set_gemm_avx512_width(Avx512Width width) { g_avx512_halves.choose(width, Avx512Width::kHalves); }
 Avx512Width gemm_avx512_width() { return gemm_detail::avx512_halves ? Avx512Width::kHalves : Avx512Width::kFull; }
 const char* gemm_avx512_width_name() { return gemm_detail::avx512_halves ? "halves" : "full"; }
+void set_gemm_ten_columns(TenColumns layout) { g_ten_columns_quads.choose(layout, TenColumns::kQuads); }
+TenColumns gemm_ten_columns() { return gemm_detail::ten_columns_quads ? TenColumns::kQuads : TenColumns::kWide; }
+const char* gemm_ten_columns_name() { return gemm_detail::ten_columns_quads ? "quads" : "wide"; }
 GemmBackend gemm_backend() { return g_backend.load(); }
 
 const char* simd_target_name() {

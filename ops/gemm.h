@@ -117,8 +117,8 @@ void reset_gemm_timing();
 const char* simd_target_name();
 
 // Whether that target is an AVX-512 one (AVX3…). Only there do the AVX-512 kernel choices
-// (set_gemm_small_values, set_gemm_avx512_width) apply. (The bf16 kernels ask avx512_allowed()
-// in ops/gemm_bf16.h.)
+// (set_gemm_small_values, set_gemm_avx512_width, set_gemm_ten_columns) apply. (The bf16
+// kernels ask avx512_allowed() in ops/gemm_bf16.h.)
 bool avx512_target_in_use();
 
 // Whether the AVX-512 direct path computes its whole tiles with 256-bit vectors: 1 yes, 0 or
@@ -146,18 +146,36 @@ const char* gemm_small_values_name();
 
 // How the AVX-512 products are shaped for this core. kHalves: for a core that issues 512-bit
 // operations as two 256-bit halves (AMD Zen 4): products of at most 16 k-steps and more than
-// one vector of columns (dx = dy·Wᵀ of a narrow layer) take the direct path's 12-row tiles, and
-// A·B with 9 or 10 columns stays on the small path instead of the pairs path (k in pairs, every
-// lane working, but one permute per FMA pair). kFull: those two paths (measured fastest on Zen 5).
-// kCpuDefault: kHalves on AMD family 0x19 (Zen 4), kFull elsewhere. The pairs path sums k in
-// its own order, so for 9 or 10 columns and k >= 32 the two choices differ in the last bits;
-// the other choice never changes a bit. Other targets ignore it. The environment variable
+// one vector of columns (dx = dy·Wᵀ of a narrow layer) take the direct path's 12-row tiles
+// (whole 16-column tiles of 256-bit vectors) instead of the small path's. kFull: the small
+// path's (measured fastest on Zen 5 and on the Intel Xeon: a 10-class head's dx 1.37-1.53x the
+// time with kHalves there). kCpuDefault: kHalves on AMD family 0x19 (Zen 4), kFull elsewhere.
+// The values never depend on it; other targets ignore it. The environment variable
 // ATTNKIT_AVX512_WIDTH (engine/simd_target.h) sets it for a process. Not thread-safe: set it
-// before running kernels.
+// before running kernels. (Before session 48 kHalves also chose the quads paths of 9 or 10
+// columns; TenColumns below chooses those now.)
 enum class Avx512Width { kCpuDefault, kFull, kHalves };
 void set_gemm_avx512_width(Avx512Width width);
 // The one in use (kFull or kHalves) and its name, "full" or "halves".
 Avx512Width gemm_avx512_width();
 const char* gemm_avx512_width_name();
+
+// How the AVX-512 products of 9 or 10 columns with A not transposed (a 10-class head's forward
+// x·W; an attention's Q·Kᵀ and dY·Vᵀ at T = 9 or 10, and P·V or dS·K at head size 9 or 10;
+// k <= 256) use the lanes, where a row of 10 columns fills 10 of a 512-bit vector's 16:
+// kQuads: 256-bit rows with every lane working — columns 0..7 one 8-lane vector, columns 8 and
+// 9 with k in quads (and from k = 32 all ten columns with k in quads), no permute in A·B's k
+// loop. kWide: 16-lane rows — A·B from k = 32 on the pairs path (k in pairs, every lane working,
+// one permute per pair of k-steps), the small path's rows otherwise. kCpuDefault: kWide on AMD
+// Zen 5 and later (family 0x1A on: the quads paths took 1.11-1.44x the time there, session 48),
+// kQuads elsewhere (Zen 4: half-width FMAs; Intel Xeon: the quads paths 0.85-0.97x the time,
+// session 47). The two sum k in their own orders, so their last bits differ (each is bitwise
+// reproducible). Other targets ignore it. The environment variable ATTNKIT_TEN_COLUMNS
+// (engine/simd_target.h) sets it for a process. Not thread-safe: set it before running kernels.
+enum class TenColumns { kCpuDefault, kWide, kQuads };
+void set_gemm_ten_columns(TenColumns layout);
+// The one in use (kWide or kQuads) and its name, "wide" or "quads".
+TenColumns gemm_ten_columns();
+const char* gemm_ten_columns_name();
 
 }  // namespace attnkit

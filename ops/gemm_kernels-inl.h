@@ -6,7 +6,7 @@
 // 8 columns: UsePairsNT) an even-k and an odd-k chain, added; on its pairs path for A·B of 9 or
 // 10 columns (UsePairsNN) the same even + odd chains for columns 0..7, and for columns 8 and 9
 // eight chains (one per k % 8) added in a fixed tree; on its quads path for the same products
-// where 512-bit operations issue in halves (UseQuadsNN), and on the same for A·Bᵀ of 9 or 10
+// where that is chosen (UseQuadsNN: set_gemm_ten_columns), and on the same for A·Bᵀ of 9 or 10
 // columns (UseQuadsNT), one chain for each of columns 0..7 and for columns 8 and 9 four (one
 // per k % 4) added in a fixed tree. The tile an element falls in and the
 // slice that computes it never change that chain, which is what makes results bitwise
@@ -107,7 +107,7 @@ inline void GemmBlockNotSmall(const GemmArgs& g, int64_t i0, int64_t i1, int64_t
 #if ATTNKIT_HAVE_SMALL_GEMM
 // Block rows [i0, i1) of every product of span on the AVX-512 path that g's whole shape selects
 // before the small path — the pairs path (B transposed, or A·B of 9 or 10 columns) or the quads
-// path (A·B of 9 or 10 columns where 512-bit operations issue in halves) — and true; false,
+// path (A·B or A·Bᵀ of 9 or 10 columns where set_gemm_ten_columns chose it) — and true; false,
 // doing nothing, for any other shape. (GemmBlock's and the per-call path's one chain.)
 HWY_INLINE bool ShapePathRows(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                               const ProductSpan& span) {
@@ -121,7 +121,7 @@ HWY_INLINE bool ShapePathRows(const GemmArgs& g, int64_t i0, int64_t i1, int64_t
     PairRowsNN(g, i0, i1, j0, j1, span);
     return true;
   }
-  if (UseQuadsNN(g)) {  // as UsePairsNN's, for cores that split 512-bit operations
+  if (UseQuadsNN(g)) {  // as UsePairsNN's, where the quads paths are chosen
     HWY_DASSERT(j0 == 0 && j1 == g.n);
     if (UseKQuadsNN(g)) {
       KQuadRowsNN(g, i0, i1, j0, j1, span);

@@ -624,12 +624,13 @@ HWY_INLINE void PairRowsNT(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0
 // A bias and an epilogue go into the stores, as the small path's do.
 // From k = 32: at k = 16 (the batched 10 × 16 × 10) the sums' folding after the k loop costs
 // more than the FMAs saved (4.2 µs against the small path's 3.5 for 128 products).
-// Not where 512-bit operations issue in halves (gemm_detail::avx512_halves, Zen 4): there the
-// interleaving permutes share the FMA pipes' ports; without this path 256 × 32 × 10 took
-// 0.88–0.91× the time, 640 × 128 × 10 0.98–1.02× (bench_gemm, alternating rounds).
+// Only where the 9/10-column products keep 16-lane rows (gemm_detail::ten_columns_quads false:
+// set_gemm_ten_columns, AMD Zen 5's default). On Zen 4 the interleaving permutes share the FMA
+// pipes' ports (without this path 256 × 32 × 10 took 0.88–0.91× the time, 640 × 128 × 10
+// 0.98–1.02×), and there and on the Intel Xeon the quads paths are faster.
 inline constexpr int64_t kPairsNNMinK = 32;
 HWY_INLINE bool UsePairsNN(const GemmArgs& g) {
-  return !gemm_detail::avx512_halves && !g.trans_b && !g.trans_a && g.n >= 9 && g.n <= 10 && g.k >= kPairsNNMinK &&
+  return !gemm_detail::ten_columns_quads && !g.trans_b && !g.trans_a && g.n >= 9 && g.n <= 10 && g.k >= kPairsNNMinK &&
          g.k <= 256;
 }
 
@@ -795,9 +796,9 @@ HWY_INLINE void PairRowsNN(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0
   });
 }
 
-// Products with neither operand transposed and 9 or 10 columns where 512-bit operations issue
-// in halves (gemm_detail::avx512_halves, Zen 4: one 512-bit FMA a cycle, or two 256-bit ones):
-// a row's 10 columns in one 512-bit vector keep 10 of its 16 lanes busy. Here in 256-bit
+// Products with neither operand transposed and 9 or 10 columns where the quads paths are chosen
+// (gemm_detail::ten_columns_quads: set_gemm_ten_columns, the default on Zen 4 — one 512-bit FMA a
+// cycle, or two 256-bit ones — and on the Intel Xeon): a row's 10 columns in one 512-bit vector keep 10 of its 16 lanes busy. Here in 256-bit
 // vectors, every lane working:
 // - columns 0..7: one 8-lane vector a row, A(r, kk) broadcast, one FMA chain a column over k in
 //   increasing order from zero (the small path's chains: the same bits for these columns);
@@ -811,9 +812,9 @@ HWY_INLINE void PairRowsNN(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0
 // a tile 17.3 µs against 22.75 in a bare loop, AMD EPYC Zen 4, one thread).
 // Chosen on the whole product's shape, never a block's (see UsePairsNT): a product is computed
 // this way whatever its split into blocks and threads, bitwise the same for every split.
-// Where 512-bit operations are whole, UsePairsNN's path takes these products from k = 32.
+// With 16-lane rows chosen instead, UsePairsNN's path takes these products from k = 32.
 HWY_INLINE bool UseQuadsNN(const GemmArgs& g) {
-  return gemm_detail::avx512_halves && !g.trans_b && !g.trans_a && g.n >= 9 && g.n <= 10 && g.k <= 256;
+  return gemm_detail::ten_columns_quads && !g.trans_b && !g.trans_a && g.n >= 9 && g.n <= 10 && g.k <= 256;
 }
 
 // Rows of a quads-NN tile: its 2 · R accumulators of 8 lanes and the shared operands fit in
@@ -991,7 +992,7 @@ HWY_INLINE void QuadRowsNN(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0
   });
 }
 
-// A·B of 9 or 10 columns from k = kKQuadsMinK where 512-bit operations issue in halves
+// A·B of 9 or 10 columns from k = kKQuadsMinK where the quads paths are chosen
 // (UseQuadsNN's products; Linear(128, 10)'s forward): all ten columns with k in quads, as
 // QuadTileNN's columns 8 and 9, in ops/gemm_quads-inl.h's k-quads layout (KQuadSums): a row's
 // four A values are one 128-bit broadcast load for its five FMAs (QuadTileNN: five loads, one
@@ -1034,7 +1035,7 @@ HWY_INLINE void KQuadRowsNN(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j
 }
 
 // Products with a transposed B of 9 or 10 columns and A not transposed (Q·Kᵀ and dY·Vᵀ at
-// T = 9 or 10) where 512-bit operations issue in halves (gemm_detail::avx512_halves, Zen 4):
+// T = 9 or 10) where the quads paths are chosen (gemm_detail::ten_columns_quads, as UseQuadsNN):
 // SmallTileNT's 512-bit rows keep 10 of 16 lanes busy, and its transposes of B cost 3.5 512-bit
 // shuffles a k-step. Here, as UseQuadsNN's, in 256-bit vectors with every lane working:
 // - columns 0..7: one 8-lane vector a row, A(r, kk) broadcast, op(B)'s rows from an 8 × 8
@@ -1046,7 +1047,7 @@ HWY_INLINE void KQuadRowsNN(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j
 //   past k; added after the k loop as QuadTileNN's (StoreQuadRows).
 // Chosen on the whole product's shape, never a block's (see UsePairsNT).
 HWY_INLINE bool UseQuadsNT(const GemmArgs& g) {
-  return gemm_detail::avx512_halves && g.trans_b && !g.trans_a && g.n >= 9 && g.n <= 10 && g.k <= 256;
+  return gemm_detail::ten_columns_quads && g.trans_b && !g.trans_a && g.n >= 9 && g.n <= 10 && g.k <= 256;
 }
 
 // Rows of a quads-NT tile: 2 · R accumulators of 8 lanes beside op(B)'s 8 rows and the
@@ -1164,8 +1165,8 @@ inline constexpr bool kOneTileRowsNeverPacked = kSmallRows1 < 48;
 static_assert(kOneTileRowsNeverPacked, "see use_packed_path and use_short_k_path");
 
 // One whole product of R rows, no bias and no epilogue (sgemm_slice's per-call Q·Kᵀ and dY·Vᵀ):
-// on the pairs path at T <= 8 (5 to 8 columns), on the quads path at T = 9 or 10 where 512-bit
-// operations issue in halves (R <= kQuadsNTRows), else in SmallTileNT's full vectors at T = 9 to 16.
+// on the pairs path at T <= 8 (5 to 8 columns), on the quads path at T = 9 or 10 where that is
+// chosen (UseQuadsNT, R <= kQuadsNTRows), else in SmallTileNT's full vectors at T = 9 to 16.
 template <int R>
 struct PairTileOne {
   static HWY_NOINLINE void Run(const GemmArgs& g) { PairTileNT<R, false, false>(g, ProductSpan{}, 0, 0, g.n); }

@@ -110,6 +110,13 @@ inline bool small_split = false;
 // (gemm.cc: CpuDefaultAvx512Halves).
 inline bool avx512_halves = false;
 
+// set_gemm_ten_columns's choice: whether the AVX-512 products of 9 or 10 columns (A·B and
+// A·Bᵀ, A not transposed, k <= 256) take the quads paths (true: 8-lane rows, columns 8 and 9
+// with k in quads; UseQuadsNN, UseQuadsNT) or 16-lane rows (false: UsePairsNN from k = 32, the
+// small path below it and for A·Bᵀ). Set before main from the CPU (gemm.cc:
+// CpuDefaultTenColumnsQuads).
+inline bool ten_columns_quads = false;
+
 }  // namespace attnkit::gemm_detail
 #endif  // ATTNKIT_OPS_GEMM_TILE_SHARED_H_
 

@@ -618,6 +618,21 @@ TEST_CASE("version names the SIMD target and ATTNKIT_SIMD_TARGET forces a lower 
   CHECK(bad_width.code == 2);
   CHECK(bad_width.err.find("ATTNKIT_AVX512_WIDTH=quarters: unknown width of the AVX-512 core 'quarters' "
                            "(choices: full, halves, best)") != std::string::npos);
+  // The layout of the 9/10-column products: this CPU's, or forced either way.
+  CHECK((best.out.find("products of 9 or 10 columns (AVX-512): wide") != std::string::npos ||
+         best.out.find("products of 9 or 10 columns (AVX-512): quads") != std::string::npos));
+  for (const char* layout : {"Quads", "wide"}) {
+    const Result laid = sh(std::string("ATTNKIT_TEN_COLUMNS=") + layout + " '" + ATTNKIT_CLI + "' --version", dir);
+    CHECK(laid.code == 0);
+    std::string name = layout;
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    CHECK(laid.out.find("products of 9 or 10 columns (AVX-512): " + name + " (ATTNKIT_TEN_COLUMNS)") !=
+          std::string::npos);
+  }
+  const Result bad_layout = sh(std::string("ATTNKIT_TEN_COLUMNS=pairs '") + ATTNKIT_CLI + "' --version", dir);
+  CHECK(bad_layout.code == 2);
+  CHECK(bad_layout.err.find("ATTNKIT_TEN_COLUMNS=pairs: unknown layout of the 9/10-column products 'pairs' "
+                            "(choices: wide, quads, best)") != std::string::npos);
 }
 
 TEST_CASE("train --precision bf16: metrics name the precision and kernel, a checkpoint resumes in f32, bad names are usage errors") {

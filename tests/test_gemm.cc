@@ -744,7 +744,7 @@ TEST_CASE("small products and the dot path at ragged sizes match a double refere
 }
 
 namespace {
-// Sets a kernel choice (set_gemm_small_values, set_gemm_avx512_width) for a scope and gives
+// Sets a kernel choice (set_gemm_small_values, set_gemm_avx512_width, set_gemm_ten_columns) for a scope and gives
 // back the one in use before (the environment variable's, say), however the scope ends.
 template <class E, E (*Get)(), void (*Set)(E)>
 struct ScopedChoice {
@@ -756,6 +756,8 @@ using ScopedSmallValues =
     ScopedChoice<attnkit::SmallGemmValues, attnkit::gemm_small_values, attnkit::set_gemm_small_values>;
 using ScopedAvx512Width =
     ScopedChoice<attnkit::Avx512Width, attnkit::gemm_avx512_width, attnkit::set_gemm_avx512_width>;
+using ScopedTenColumns =
+    ScopedChoice<attnkit::TenColumns, attnkit::gemm_ten_columns, attnkit::set_gemm_ten_columns>;
 }  // namespace
 
 // The AVX-512 small products get A's values by broadcasts only, or half by broadcasts and half
@@ -946,8 +948,8 @@ TEST_CASE("products with a transposed B of 5 to 8 columns (k in pairs) match a d
 
 // Neither operand transposed, 9 or 10 columns (a 10-class head's forward x·W): on AVX-512 from
 // k = 32, columns 0..7 with k in pairs and columns 8..9 with k in octets (UsePairsNN), an odd
-// last k alone, a last octet of 1..7 k-steps, tiles of up to 10 rows; where 512-bit operations
-// issue in halves, 8-lane rows and columns 8..9 with k in quads (UseQuadsNN), tiles of up to
+// last k alone, a last octet of 1..7 k-steps, tiles of up to 10 rows; with the quads paths
+// chosen (set_gemm_ten_columns), 8-lane rows and columns 8..9 with k in quads (UseQuadsNN), tiles of up to
 // 12 rows, and from k = 32 all ten columns with k in quads (UseKQuadsNN), tiles of up to 5 rows;
 // on AVX2 from k = 32 the same k quads in tiles of 2 rows (UseKQuadsNNAvx2); all with a last
 // quad of 1..3 k-steps; the same bits whatever
@@ -955,12 +957,12 @@ TEST_CASE("products with a transposed B of 5 to 8 columns (k in pairs) match a d
 // infinities where the lanes past k could have made inf · 0 = NaN.
 TEST_CASE("products of 9 or 10 columns with B not transposed (k in pairs and octets, or quads) match a double reference",
           "[gemm]") {
-  // The pairs path where 512-bit operations are whole, the quads path for a core that splits
-  // them (Zen 4): both ways on every CPU.
-  for (attnkit::Avx512Width width : {attnkit::Avx512Width::kFull, attnkit::Avx512Width::kHalves}) {
-    const ScopedAvx512Width scoped(width);
+  // 16-lane rows (the pairs path from k = 32) and the quads paths (set_gemm_ten_columns, chosen
+  // per CPU): both ways on every CPU.
+  for (attnkit::TenColumns layout : {attnkit::TenColumns::kWide, attnkit::TenColumns::kQuads}) {
+    const ScopedTenColumns scoped(layout);
     attnkit::test::for_each_simd_target([&](const std::string& target_name) {
-      const std::string target = target_name + (width == attnkit::Avx512Width::kFull ? " full" : " halves");
+      const std::string target = target_name + " " + attnkit::gemm_ten_columns_name();
       check_ten_column_sweep(false,
                              {1, 2, 3, 4, 5, 6, 7, 10, 13, 16, 31, 32, 33, 34, 38, 39, 40, 41, 47, 48, 49, 63, 64, 65,
                               127, 128, 129, 255, 256, 257},
@@ -1002,18 +1004,18 @@ TEST_CASE("products of 9 or 10 columns with B not transposed (k in pairs and oct
 }
 
 // A transposed B of 9 or 10 columns with A not transposed (Q·Kᵀ and dY·Vᵀ at T = 9 or 10):
-// where 512-bit operations issue in halves, columns 0..7 in 8-lane rows from 8 × 8 transposes
-// of B and columns 8..9 with k in quads (UseQuadsNT), a last chunk of 1..7 k-steps, a last quad
-// of 1..3, tiles of up to 10 rows; where they are whole, SmallTileNT's 16-lane rows. Both ways
+// with the quads paths chosen (set_gemm_ten_columns), columns 0..7 in 8-lane rows from 8 × 8
+// transposes of B and columns 8..9 with k in quads (UseQuadsNT), a last chunk of 1..7 k-steps, a
+// last quad of 1..3, tiles of up to 10 rows; with 16-lane rows, SmallTileNT's. Both ways
 // on every CPU: the double reference, the same bits whatever the slices, the batching or the
 // row a product starts at, a bias in the same stores, infinities where the lanes past k could
 // have made inf · 0 = NaN, and NaN in the padding past k never read as a value.
 TEST_CASE("products with a transposed B of 9 or 10 columns (quads, or 16-lane rows) match a double reference",
           "[gemm]") {
-  for (attnkit::Avx512Width width : {attnkit::Avx512Width::kFull, attnkit::Avx512Width::kHalves}) {
-    const ScopedAvx512Width scoped(width);
+  for (attnkit::TenColumns layout : {attnkit::TenColumns::kWide, attnkit::TenColumns::kQuads}) {
+    const ScopedTenColumns scoped(layout);
     attnkit::test::for_each_simd_target([&](const std::string& target_name) {
-      const std::string target = target_name + (width == attnkit::Avx512Width::kFull ? " full" : " halves");
+      const std::string target = target_name + " " + attnkit::gemm_ten_columns_name();
       check_ten_column_sweep(true,
                              {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 15, 16, 17, 20, 31, 32, 33, 36, 64, 255, 256, 257},
                              7700, target);
@@ -1202,7 +1204,7 @@ struct ScopedHalfTiles {
 // A seeded random sweep where the paths meet: m, n and k mostly small and ragged (up to 16, 20
 // and 16 half the time, else up to 70, 70 and 80), every transpose, alpha and beta, padded
 // strides, and on AVX-512 every kernel choice (A's values split or broadcast, full or half
-// widths, 512- or 256-bit direct tiles), through sgemm_slice, sgemm_bias_slice,
+// widths, 16-lane rows or quads for 9 or 10 columns, 512- or 256-bit direct tiles), through sgemm_slice, sgemm_bias_slice,
 // sgemm_epilogue_slice (relu, mask, addend) and sgemm_strided_batched, on every target. Each
 // product against the double reference; sliced calls bitwise the whole call. The grids above
 // fix the shapes each path was written for; this looks between them.
@@ -1220,13 +1222,15 @@ TEST_CASE("random small and ragged products on every path and kernel choice matc
       const int64_t pad = static_cast<int64_t>(rng() % 4);
       const uint32_t seed = rng();
       const int values = static_cast<int>(rng() % 2), width = static_cast<int>(rng() % 2);
+      const int quads = static_cast<int>(rng() % 2);
       const int half = rng() % 2 ? 1 : -1, api = static_cast<int>(rng() % 4);
       ScopedSmallValues scoped_values(values ? attnkit::SmallGemmValues::kSplit : attnkit::SmallGemmValues::kBroadcast);
       ScopedAvx512Width scoped_width(width ? attnkit::Avx512Width::kFull : attnkit::Avx512Width::kHalves);
+      ScopedTenColumns scoped_ten(quads ? attnkit::TenColumns::kQuads : attnkit::TenColumns::kWide);
       const ScopedHalfTiles scoped_half(half);
       INFO(target << " trial " << trial << " api=" << api << " ta=" << ta << " tb=" << tb << " m=" << m
                   << " n=" << n << " k=" << k << " alpha=" << alpha << " beta=" << beta << " pad=" << pad
-                  << " split=" << values << " full=" << width << " half tiles=" << half);
+                  << " split=" << values << " full=" << width << " quads=" << quads << " half tiles=" << half);
       const Problem p = make_problem(ta, tb, m, n, k, alpha, beta, pad, seed);
       if (api == 0) {  // sgemm_slice, whole and in 2 or 3 slices
         const std::vector<float> one = run_slices(p, 1);

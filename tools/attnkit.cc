@@ -47,6 +47,9 @@ std::string version_text() {
          "\nAVX-512 core width (products shaped for it): " + attnkit::gemm_avx512_width_name() +
          (std::getenv("ATTNKIT_AVX512_WIDTH") ? " (ATTNKIT_AVX512_WIDTH)" : "") +
          (attnkit::avx512_target_in_use() ? "" : " (unused: the target is not AVX-512)") +
+         "\nproducts of 9 or 10 columns (AVX-512): " + attnkit::gemm_ten_columns_name() +
+         (std::getenv("ATTNKIT_TEN_COLUMNS") ? " (ATTNKIT_TEN_COLUMNS)" : "") +
+         (attnkit::avx512_target_in_use() ? "" : " (unused: the target is not AVX-512)") +
          "\nsupported by this CPU: " + join(attnkit::supported_simd_targets()) +
          "\ncompiled in: " + join(attnkit::compiled_simd_targets()) +
          "\nbf16 products (--precision bf16): " + attnkit::bf16_kernel_name(attnkit::bf16_kernel()) +
