@@ -50,10 +50,11 @@ void force_ten_columns(const std::string& name);
 
 // Applies ATTNKIT_SIMD_TARGET, then ATTNKIT_BF16 (force_bf16_kernel's names), then
 // ATTNKIT_SMALL_GEMM (force_small_gemm_values's), then ATTNKIT_AVX512_WIDTH
-// (force_avx512_width's), then ATTNKIT_TEN_COLUMNS (force_ten_columns's), once per process (later calls do nothing, or throw the same
-// error again). Executor's constructor calls it, so a program using the engine honours the
-// variable; programs calling the kernels in ops/ directly call it first. Throws
-// attnkit::Error naming the variable, its value and the choices when the value is not usable.
+// (force_avx512_width's), then ATTNKIT_TEN_COLUMNS (force_ten_columns's), once per process
+// (later calls do nothing, or throw the same error again). Executor's constructor calls it, so
+// a program using the engine honours the variable; programs calling the kernels in ops/
+// directly call it first. Throws attnkit::Error naming the variable, its value and the choices
+// when the value is not usable.
 void apply_simd_target_env();
 
 }  // namespace attnkit

@@ -152,8 +152,8 @@ const char* gemm_small_values_name();
 // time with kHalves there). kCpuDefault: kHalves on AMD family 0x19 (Zen 4), kFull elsewhere.
 // The values never depend on it; other targets ignore it. The environment variable
 // ATTNKIT_AVX512_WIDTH (engine/simd_target.h) sets it for a process. Not thread-safe: set it
-// before running kernels. (Before session 48 kHalves also chose the quads paths of 9 or 10
-// columns; TenColumns below chooses those now.)
+// before running kernels. (kHalves used to choose the quads paths of 9 or 10 columns too;
+// TenColumns below chooses those now.)
 enum class Avx512Width { kCpuDefault, kFull, kHalves };
 void set_gemm_avx512_width(Avx512Width width);
 // The one in use (kFull or kHalves) and its name, "full" or "halves".

@@ -797,9 +797,9 @@ HWY_INLINE void PairRowsNN(const GemmArgs& g, int64_t i0, int64_t i1, int64_t j0
 }
 
 // Products with neither operand transposed and 9 or 10 columns where the quads paths are chosen
-// (gemm_detail::ten_columns_quads: set_gemm_ten_columns, the default on Zen 4 — one 512-bit FMA a
-// cycle, or two 256-bit ones — and on the Intel Xeon): a row's 10 columns in one 512-bit vector keep 10 of its 16 lanes busy. Here in 256-bit
-// vectors, every lane working:
+// (gemm_detail::ten_columns_quads: set_gemm_ten_columns, the default on Zen 4 — one 512-bit FMA
+// a cycle, or two 256-bit ones — and on the Intel Xeon): a row's 10 columns in one 512-bit
+// vector keep 10 of its 16 lanes busy. Here in 256-bit vectors, every lane working:
 // - columns 0..7: one 8-lane vector a row, A(r, kk) broadcast, one FMA chain a column over k in
 //   increasing order from zero (the small path's chains: the same bits for these columns);
 // - columns 8 and 9 with k in quads: lanes q and 4 + q of a row's second vector sum

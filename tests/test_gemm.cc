@@ -744,8 +744,9 @@ TEST_CASE("small products and the dot path at ragged sizes match a double refere
 }
 
 namespace {
-// Sets a kernel choice (set_gemm_small_values, set_gemm_avx512_width, set_gemm_ten_columns) for a scope and gives
-// back the one in use before (the environment variable's, say), however the scope ends.
+// Sets a kernel choice (set_gemm_small_values, set_gemm_avx512_width, set_gemm_ten_columns) for
+// a scope and gives back the one in use before (the environment variable's, say), however the
+// scope ends.
 template <class E, E (*Get)(), void (*Set)(E)>
 struct ScopedChoice {
   E was = Get();
@@ -949,8 +950,8 @@ TEST_CASE("products with a transposed B of 5 to 8 columns (k in pairs) match a d
 // Neither operand transposed, 9 or 10 columns (a 10-class head's forward x·W): on AVX-512 from
 // k = 32, columns 0..7 with k in pairs and columns 8..9 with k in octets (UsePairsNN), an odd
 // last k alone, a last octet of 1..7 k-steps, tiles of up to 10 rows; with the quads paths
-// chosen (set_gemm_ten_columns), 8-lane rows and columns 8..9 with k in quads (UseQuadsNN), tiles of up to
-// 12 rows, and from k = 32 all ten columns with k in quads (UseKQuadsNN), tiles of up to 5 rows;
+// chosen (set_gemm_ten_columns), 8-lane rows and columns 8..9 with k in quads (UseQuadsNN),
+// tiles of up to 12 rows, and from k = 32 all ten columns with k in quads (UseKQuadsNN), tiles of up to 5 rows;
 // on AVX2 from k = 32 the same k quads in tiles of 2 rows (UseKQuadsNNAvx2); all with a last
 // quad of 1..3 k-steps; the same bits whatever
 // the slices, the batching or the row a product starts at, a bias in the same stores, and
