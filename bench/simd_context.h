@@ -7,6 +7,7 @@
 
 #include <cblas.h>  // openblas_get_corename
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -27,18 +28,14 @@ inline bool apply_simd_target(const char* program) {
     return false;
   }
   benchmark::AddCustomContext("attnkit_simd_target", simd_target_name());
-  benchmark::AddCustomContext(
-      "attnkit_small_gemm", std::string(gemm_small_values_name()) +
-                                (std::getenv("ATTNKIT_SMALL_GEMM") ? " (ATTNKIT_SMALL_GEMM)" : "") +
-                                (avx512_target_in_use() ? "" : " (unused below AVX3)"));
-  benchmark::AddCustomContext(
-      "attnkit_avx512_width", std::string(gemm_avx512_width_name()) +
-                                  (std::getenv("ATTNKIT_AVX512_WIDTH") ? " (ATTNKIT_AVX512_WIDTH)" : "") +
-                                  (avx512_target_in_use() ? "" : " (unused below AVX3)"));
-  benchmark::AddCustomContext(
-      "attnkit_ten_columns", std::string(gemm_ten_columns_name()) +
-                                 (std::getenv("ATTNKIT_TEN_COLUMNS") ? " (ATTNKIT_TEN_COLUMNS)" : "") +
-                                 (avx512_target_in_use() ? "" : " (unused below AVX3)"));
+  for (const KernelChoice& choice : avx512_kernel_choices()) {
+    // ATTNKIT_TEN_COLUMNS's choice is the context attnkit_ten_columns.
+    std::string key = choice.variable;
+    for (char& c : key) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    benchmark::AddCustomContext(key, std::string(choice.current()) +
+                                         (std::getenv(choice.variable) ? std::string(" (") + choice.variable + ")" : "") +
+                                         (avx512_target_in_use() ? "" : " (unused below AVX3)"));
+  }
   benchmark::AddCustomContext("attnkit_bf16_kernel", std::string(bf16_kernel_name(bf16_kernel())) +
                                                          " (this CPU has: " + bf16_kernels_available() + ")");
   const char* forced = std::getenv("OPENBLAS_CORETYPE");

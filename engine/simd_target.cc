@@ -3,7 +3,6 @@
 #include <cctype>
 #include <cstdint>
 #include <cstdlib>
-#include <initializer_list>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -119,58 +118,67 @@ void force_bf16_kernel(const std::string& name) {
 }
 
 namespace {
-// A kernel choice by name (case-insensitive): one of `choices`, or empty / "best" for the
-// CPU's default (E::kCpuDefault); anything else is an Error naming `what` and the choices.
-template <class E>
-void force_named_choice(const std::string& name, const char* what,
-                        std::initializer_list<std::pair<const char*, E>> choices, void (*set)(E)) {
+// Sets a choice by its index in `names` plus one (0 = E::kCpuDefault); each enum in ops/gemm.h
+// lists its values in the order of the table's names.
+template <class E, void (*Set)(E)>
+void set_by_index(size_t index) {
+  Set(static_cast<E>(index));
+}
+static_assert(static_cast<int>(SmallGemmValues::kSplit) == 1 && static_cast<int>(SmallGemmValues::kBroadcast) == 2);
+static_assert(static_cast<int>(Avx512Width::kFull) == 1 && static_cast<int>(Avx512Width::kHalves) == 2);
+static_assert(static_cast<int>(TenColumns::kWide) == 1 && static_cast<int>(TenColumns::kQuads) == 2);
+
+// A kernel choice by name (case-insensitive): one of the table's names, or empty / "best" for
+// the CPU's default; anything else is an Error naming what is chosen and the choices.
+void force_named_choice(const std::string& name, const KernelChoice& choice, void (*set)(size_t)) {
   const std::string wanted = upper(name);
-  if (wanted.empty() || wanted == "BEST") return set(E::kCpuDefault);
+  if (wanted.empty() || wanted == "BEST") return set(0);
   std::string names;
-  for (const auto& [choice, value] : choices) {
-    if (wanted == upper(choice)) return set(value);
-    names += std::string(choice) + ", ";
+  for (size_t i = 0; i < choice.names.size(); ++i) {
+    if (wanted == upper(choice.names[i])) return set(i + 1);
+    names += std::string(choice.names[i]) + ", ";
   }
-  throw Error("unknown " + std::string(what) + " '" + name + "' (choices: " + names + "best)");
+  throw Error("unknown " + std::string(choice.what) + " '" + name + "' (choices: " + names + "best)");
 }
 }  // namespace
 
+const std::vector<KernelChoice>& avx512_kernel_choices() {
+  static const std::vector<KernelChoice> table = {
+      {"ATTNKIT_SMALL_GEMM", "small products' A values (AVX-512)", "way for the small products to get A's values",
+       {"split", "broadcast"}, gemm_small_values_name, force_small_gemm_values},
+      {"ATTNKIT_AVX512_WIDTH", "AVX-512 core width (products shaped for it)", "width of the AVX-512 core",
+       {"full", "halves"}, gemm_avx512_width_name, force_avx512_width},
+      {"ATTNKIT_TEN_COLUMNS", "products of 9 or 10 columns (AVX-512)", "layout of the 9/10-column products",
+       {"wide", "quads"}, gemm_ten_columns_name, force_ten_columns},
+  };
+  return table;
+}
+
 void force_small_gemm_values(const std::string& name) {
-  force_named_choice(name, "way for the small products to get A's values",
-                     {{"split", SmallGemmValues::kSplit}, {"broadcast", SmallGemmValues::kBroadcast}},
-                     set_gemm_small_values);
+  force_named_choice(name, avx512_kernel_choices()[0], set_by_index<SmallGemmValues, set_gemm_small_values>);
 }
 
 void force_avx512_width(const std::string& name) {
-  force_named_choice(name, "width of the AVX-512 core", {{"full", Avx512Width::kFull}, {"halves", Avx512Width::kHalves}},
-                     set_gemm_avx512_width);
+  force_named_choice(name, avx512_kernel_choices()[1], set_by_index<Avx512Width, set_gemm_avx512_width>);
 }
 
 void force_ten_columns(const std::string& name) {
-  force_named_choice(name, "layout of the 9/10-column products", {{"wide", TenColumns::kWide}, {"quads", TenColumns::kQuads}},
-                     set_gemm_ten_columns);
+  force_named_choice(name, avx512_kernel_choices()[2], set_by_index<TenColumns, set_gemm_ten_columns>);
 }
 
 void apply_simd_target_env() {
   static std::once_flag once;
   static std::string failure;
   std::call_once(once, [] {
-    for (const char* var :
-         {"ATTNKIT_SIMD_TARGET", "ATTNKIT_BF16", "ATTNKIT_SMALL_GEMM", "ATTNKIT_AVX512_WIDTH", "ATTNKIT_TEN_COLUMNS"}) {
+    // The SIMD target first: force_bf16_kernel checks the kernel against it.
+    std::vector<std::pair<const char*, void (*)(const std::string&)>> order = {
+        {"ATTNKIT_SIMD_TARGET", force_simd_target}, {"ATTNKIT_BF16", force_bf16_kernel}};
+    for (const KernelChoice& choice : avx512_kernel_choices()) order.emplace_back(choice.variable, choice.force);
+    for (const auto& [var, force] : order) {
       const char* value = std::getenv(var);
       if (!value) continue;
       try {
-        if (std::string(var) == "ATTNKIT_SIMD_TARGET") {
-          force_simd_target(value);
-        } else if (std::string(var) == "ATTNKIT_BF16") {
-          force_bf16_kernel(value);
-        } else if (std::string(var) == "ATTNKIT_SMALL_GEMM") {
-          force_small_gemm_values(value);
-        } else if (std::string(var) == "ATTNKIT_AVX512_WIDTH") {
-          force_avx512_width(value);
-        } else {
-          force_ten_columns(value);
-        }
+        force(value);
       } catch (const Error& e) {
         failure = std::string(var) + "=" + value + ": " + e.what();
         return;

@@ -48,6 +48,19 @@ void force_avx512_width(const std::string& name);
 // set_gemm_ten_columns in ops/gemm.h. Throws attnkit::Error naming the value and the choices.
 void force_ten_columns(const std::string& name);
 
+// The three choices above as one table, in the order apply_simd_target_env() applies them:
+// what `attnkit --version` prints, the benchmarks' context and the tests iterate, so a new
+// choice is one more row.
+struct KernelChoice {
+  const char* variable;                     // its environment variable, "ATTNKIT_TEN_COLUMNS"
+  const char* label;                        // as --version names it, "products of 9 or 10 columns (AVX-512)"
+  const char* what;                         // as an error names it, "layout of the 9/10-column products"
+  std::vector<const char*> names;           // the choices besides "best", as *_name() spells them
+  const char* (*current)();                 // the choice in use (gemm_ten_columns_name)
+  void (*force)(const std::string& name);   // force_ten_columns
+};
+const std::vector<KernelChoice>& avx512_kernel_choices();
+
 // Applies ATTNKIT_SIMD_TARGET, then ATTNKIT_BF16 (force_bf16_kernel's names), then
 // ATTNKIT_SMALL_GEMM (force_small_gemm_values's), then ATTNKIT_AVX512_WIDTH
 // (force_avx512_width's), then ATTNKIT_TEN_COLUMNS (force_ten_columns's), once per process

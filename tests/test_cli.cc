@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/safetensors.h"
+#include "engine/simd_target.h"
 #include "file_test_util.h"
 
 namespace {
@@ -588,51 +589,38 @@ TEST_CASE("version names the SIMD target and ATTNKIT_SIMD_TARGET forces a lower 
   const Result bad = sh(std::string("ATTNKIT_SIMD_TARGET=avx9 '") + ATTNKIT_CLI + "' --version", dir);
   CHECK(bad.code == 2);
   CHECK(bad.err.find("ATTNKIT_SIMD_TARGET=avx9: unknown SIMD target 'avx9' (compiled in: ") != std::string::npos);
-  // How the AVX-512 small products get A's values: this CPU's default, or forced either way.
-  CHECK((best.out.find("small products' A values (AVX-512): split") != std::string::npos ||
-         best.out.find("small products' A values (AVX-512): broadcast") != std::string::npos));
   CHECK(forced.out.find("(unused: the target is not AVX-512)") != std::string::npos);  // a lower target
-  for (const char* values : {"broadcast", "Split"}) {
-    const Result small = sh(std::string("ATTNKIT_SMALL_GEMM=") + values + " '" + ATTNKIT_CLI + "' --version", dir);
-    CHECK(small.code == 0);
-    std::string name = values;
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    CHECK(small.out.find("small products' A values (AVX-512): " + name + " (ATTNKIT_SMALL_GEMM)") != std::string::npos);
+  // The AVX-512 kernel choices (ATTNKIT_SMALL_GEMM, ATTNKIT_AVX512_WIDTH, ATTNKIT_TEN_COLUMNS):
+  // each has its line with this CPU's default, is forced either way in any case, and a bad
+  // value is a usage error naming the variable and the choices.
+  const std::vector<attnkit::KernelChoice>& choices = attnkit::avx512_kernel_choices();
+  CHECK(choices.size() == 3);
+  for (const attnkit::KernelChoice& choice : choices) {
+    INFO(choice.variable);
+    REQUIRE(choice.names.size() == 2);
+    const std::string line = std::string(choice.label) + ": ";
+    CHECK((best.out.find(line + choice.names[0]) != std::string::npos ||
+           best.out.find(line + choice.names[1]) != std::string::npos));
+    for (size_t i = 0; i < choice.names.size(); ++i) {
+      std::string value = choice.names[i];
+      if (i == 0) value[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(value[0])));
+      const Result set = sh(std::string(choice.variable) + "=" + value + " '" + ATTNKIT_CLI + "' --version", dir);
+      CHECK(set.code == 0);
+      CHECK(set.out.find(line + choice.names[i] + " (" + choice.variable + ")") != std::string::npos);
+    }
+    const Result bad_choice = sh(std::string(choice.variable) + "=sideways '" + ATTNKIT_CLI + "' --version", dir);
+    CHECK(bad_choice.code == 2);
+    CHECK(bad_choice.err.find(std::string(choice.variable) + "=sideways: unknown " + choice.what + " 'sideways' (choices: " +
+                              choice.names[0] + ", " + choice.names[1] + ", best)") != std::string::npos);
   }
-  const Result bad_small = sh(std::string("ATTNKIT_SMALL_GEMM=gather '") + ATTNKIT_CLI + "' --version", dir);
-  CHECK(bad_small.code == 2);
-  CHECK(bad_small.err.find("ATTNKIT_SMALL_GEMM=gather: unknown way for the small products to get A's values 'gather' "
-                           "(choices: split, broadcast, best)") != std::string::npos);
-  // The AVX-512 core width the products are shaped for: this CPU's, or forced either way.
-  CHECK((best.out.find("AVX-512 core width (products shaped for it): full") != std::string::npos ||
-         best.out.find("AVX-512 core width (products shaped for it): halves") != std::string::npos));
-  for (const char* width : {"Halves", "full"}) {
-    const Result shaped = sh(std::string("ATTNKIT_AVX512_WIDTH=") + width + " '" + ATTNKIT_CLI + "' --version", dir);
-    CHECK(shaped.code == 0);
-    std::string name = width;
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    CHECK(shaped.out.find("AVX-512 core width (products shaped for it): " + name + " (ATTNKIT_AVX512_WIDTH)") !=
-          std::string::npos);
-  }
-  const Result bad_width = sh(std::string("ATTNKIT_AVX512_WIDTH=quarters '") + ATTNKIT_CLI + "' --version", dir);
-  CHECK(bad_width.code == 2);
-  CHECK(bad_width.err.find("ATTNKIT_AVX512_WIDTH=quarters: unknown width of the AVX-512 core 'quarters' "
-                           "(choices: full, halves, best)") != std::string::npos);
-  // The layout of the 9/10-column products: this CPU's, or forced either way.
-  CHECK((best.out.find("products of 9 or 10 columns (AVX-512): wide") != std::string::npos ||
-         best.out.find("products of 9 or 10 columns (AVX-512): quads") != std::string::npos));
-  for (const char* layout : {"Quads", "wide"}) {
-    const Result laid = sh(std::string("ATTNKIT_TEN_COLUMNS=") + layout + " '" + ATTNKIT_CLI + "' --version", dir);
-    CHECK(laid.code == 0);
-    std::string name = layout;
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    CHECK(laid.out.find("products of 9 or 10 columns (AVX-512): " + name + " (ATTNKIT_TEN_COLUMNS)") !=
-          std::string::npos);
-  }
+  // The wording users see, spelled out once.
   const Result bad_layout = sh(std::string("ATTNKIT_TEN_COLUMNS=pairs '") + ATTNKIT_CLI + "' --version", dir);
   CHECK(bad_layout.code == 2);
   CHECK(bad_layout.err.find("ATTNKIT_TEN_COLUMNS=pairs: unknown layout of the 9/10-column products 'pairs' "
                             "(choices: wide, quads, best)") != std::string::npos);
+  CHECK(best.out.find("\nproducts of 9 or 10 columns (AVX-512): ") != std::string::npos);
+  CHECK(best.out.find("\nsmall products' A values (AVX-512): ") != std::string::npos);
+  CHECK(best.out.find("\nAVX-512 core width (products shaped for it): ") != std::string::npos);
 }
 
 TEST_CASE("train --precision bf16: metrics name the precision and kernel, a checkpoint resumes in f32, bad names are usage errors") {

@@ -39,17 +39,13 @@ std::string version_text() {
     for (const std::string& n : names) out += (out.empty() ? "" : " ") + n;
     return out;
   };
+  std::string choices;  // the AVX-512 kernel choices, a line each
+  for (const attnkit::KernelChoice& choice : attnkit::avx512_kernel_choices())
+    choices += std::string("\n") + choice.label + ": " + choice.current() +
+               (std::getenv(choice.variable) ? std::string(" (") + choice.variable + ")" : "") +
+               (attnkit::avx512_target_in_use() ? "" : " (unused: the target is not AVX-512)");
   return std::string("attnkit ") + ATTNKIT_VERSION + "\nSIMD target: " + attnkit::simd_target_name() +
-         (std::getenv("ATTNKIT_SIMD_TARGET") ? " (ATTNKIT_SIMD_TARGET)" : "") +
-         "\nsmall products' A values (AVX-512): " + attnkit::gemm_small_values_name() +
-         (std::getenv("ATTNKIT_SMALL_GEMM") ? " (ATTNKIT_SMALL_GEMM)" : "") +
-         (attnkit::avx512_target_in_use() ? "" : " (unused: the target is not AVX-512)") +
-         "\nAVX-512 core width (products shaped for it): " + attnkit::gemm_avx512_width_name() +
-         (std::getenv("ATTNKIT_AVX512_WIDTH") ? " (ATTNKIT_AVX512_WIDTH)" : "") +
-         (attnkit::avx512_target_in_use() ? "" : " (unused: the target is not AVX-512)") +
-         "\nproducts of 9 or 10 columns (AVX-512): " + attnkit::gemm_ten_columns_name() +
-         (std::getenv("ATTNKIT_TEN_COLUMNS") ? " (ATTNKIT_TEN_COLUMNS)" : "") +
-         (attnkit::avx512_target_in_use() ? "" : " (unused: the target is not AVX-512)") +
+         (std::getenv("ATTNKIT_SIMD_TARGET") ? " (ATTNKIT_SIMD_TARGET)" : "") + choices +
          "\nsupported by this CPU: " + join(attnkit::supported_simd_targets()) +
          "\ncompiled in: " + join(attnkit::compiled_simd_targets()) +
          "\nbf16 products (--precision bf16): " + attnkit::bf16_kernel_name(attnkit::bf16_kernel()) +
