@@ -3,10 +3,13 @@
 // (Graph::optimize_for_inference), at 1 and 2 threads.
 //
 //   bench_infer [--models=neighbor-sum,duplicates,reversal,reversal-large] [--batches=1,500,10000]
-//               [--threads=1,2] [--profile=CALLS] [Google Benchmark flags]
+//               [--threads=1,2] [--adaptive=0|1] [--profile=CALLS] [Google Benchmark flags]
 //
 // Counters: seqs/s (sequences per second), time/call (the time of one forward call, printed
-// with its unit: "4.23us", "1.18ms"; seconds in the JSON output) and arena_MB. The parameters
+// with its unit: "4.23us", "1.18ms"; seconds in the JSON output), arena_MB and parallel (the
+// share of calls the executor ran on more than one thread: with adaptive thread use, the
+// default, it runs on one where its probes found more threads slower; --adaptive=0 makes
+// every call take all of them). The parameters
 // are random (the checkpoint's values do not change the time); bench/compare_pytorch.py
 // --infer runs PyTorch's torch.inference_mode() on the same models and shapes beside it.
 // --profile=CALLS runs that many forward calls of each (model, batch, threads) with the
@@ -34,6 +37,8 @@ using bench::parse_int_list;
 using bench::split;
 using bench::take_flag;
 
+bool g_adaptive = true;  // --adaptive
+
 // One model's inference graph at one batch, fed random tokens.
 struct InferRunner {
   ModelConfig c;
@@ -41,6 +46,7 @@ struct InferRunner {
   std::vector<int32_t> ids;
   InferRunner(const std::string& task, int threads, int64_t batch)
       : c(lesson_config(task)), runner(c, batch, threads, 1, /*with_backward=*/false) {
+    runner.executor().set_adaptive_threads(g_adaptive);
     std::mt19937 rng(7);
     std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab - 1));
     ids.resize(static_cast<size_t>(batch * c.seq_len));
@@ -61,8 +67,13 @@ void BM_Infer(benchmark::State& state, std::string task, int threads, int64_t ba
   InferRunner r(task, threads, batch);
   Executor& ex = r.runner.executor();
   for (int i = 0; i < 3; ++i) r.call();  // threads start, memory is touched
-  for (auto _ : state) r.call();
+  int64_t parallel = 0;
+  for (auto _ : state) {
+    parallel += ex.threads_in_use() > 1;
+    r.call();
+  }
   const double calls = static_cast<double>(state.iterations());
+  state.counters["parallel"] = static_cast<double>(parallel) / calls;
   state.counters["seqs/s"] = benchmark::Counter(calls * static_cast<double>(batch), benchmark::Counter::kIsRate);
   // seconds / calls, printed as a time ("4.23us"): the rate formatting of an inverted rate.
   state.counters["time/call"] = benchmark::Counter(calls, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
@@ -84,6 +95,11 @@ int main(int argc, char** argv) {
       profile_calls = std::atoi(v.c_str());
       if (profile_calls <= 0) {
         std::fprintf(stderr, "bench_infer: --profile must be a positive number of calls\n");
+        return 2;
+      }
+    } else if (take_flag(argc, argv, i, "--adaptive", &v)) {
+      if (!bench::parse_switch(v, &g_adaptive)) {
+        std::fprintf(stderr, "bench_infer: --adaptive must be 0 or 1, got '%s'\n", v.c_str());
         return 2;
       }
     } else if (take_flag(argc, argv, i, "--models", &v)) {

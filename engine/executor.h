@@ -103,6 +103,12 @@ class Executor final : public RunContext {
   bool bf16_products() const { return bf16_; }
   // Threads the next run uses (1 when adaptive measurement found more threads slower).
   int threads_in_use() const { return parallel_ ? threads_ : 1; }
+  // Turns adaptive thread use (ExecutorOptions::adaptive_threads) on or off; off, every run
+  // takes threads() threads.
+  void set_adaptive_threads(bool on) {
+    adaptive_ = on;
+    if (!on) parallel_ = true, probe_runs_left_ = 0;
+  }
 
   // Runs the forward nodes only (evaluation, inference).
   void forward();

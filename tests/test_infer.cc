@@ -221,6 +221,9 @@ TEST_CASE("large batches run in chunks of rows with the whole batch's results an
     two.threads = 2;
     two.adaptive_threads = false;
     attnkit::Executor b2(*m.graph, two);
+    attnkit::ExecutorOptions probing = chunked;  // adaptive: probes may settle on one thread...
+    probing.threads = 2;
+    attnkit::Executor b3(*m.graph, probing);
     CHECK(a.chunk_rows() == 0);
     REQUIRE(b.chunk_rows() > 0);
     REQUIRE(b.chunk_rows() < n);
@@ -233,7 +236,11 @@ TEST_CASE("large batches run in chunks of rows with the whole batch's results an
       const std::vector<float> ra = run_forward(a, m, x, rows);
       CHECK(run_forward(b, m, x, rows) == ra);   // bitwise: each row is computed the same way
       CHECK(run_forward(b2, m, x, rows) == ra);  // and on 2 threads
+      CHECK(run_forward(b3, m, x, rows) == ra);
     }
+    b3.set_adaptive_threads(false);  // ...until adaptive use is turned off: both threads, same rows
+    CHECK(b3.threads_in_use() == 2);
+    CHECK(run_forward(b3, m, x, n) == run_forward(a, m, x, n));
     // A steady-state chunked run allocates nothing.
     run_forward(b, m, x, n);
     b.set_batch(n);
