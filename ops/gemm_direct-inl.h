@@ -715,6 +715,43 @@ HWY_INLINE void SwappedTile(DF d, const GemmArgs& g, int64_t j, const float* x, 
 }
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// StoreSwapped's values for all 16 lanes of acc[r] (rows base..base+16 of C) when C's rows are
+// R = 1 or 2 floats apart (ldc == R: the rows' block is contiguous): R = 1 one vector, R = 2
+// the two columns' vectors interleaved by two permutes (duplicates' dW, a 2-class head's:
+// 2·16 scalar stores per vector pair were ~3% of the product).
+template <int R>
+HWY_INLINE void StoreSwappedDense(DF d, const GemmArgs& g, const VF (&acc)[R], int64_t j, int64_t base) {
+  static_assert(R == 1 || R == 2, "one or two columns");
+  static_assert(hn::MaxLanes(DF()) == 16, "AVX-512 vectors");
+  const Combine combine = FirstCombine(g.beta);
+  const bool read = combine != Combine::kOverwrite, has_bias = g.bias != nullptr;
+  const VF va = hn::Set(d, g.alpha), vb = hn::Set(d, g.beta);
+  float* HWY_RESTRICT c = g.c + base * R + j;
+  if constexpr (R == 1) {
+    const VF old = read ? hn::LoadU(d, c) : hn::Zero(d);
+    const VF bias = has_bias ? hn::Set(d, g.bias[j]) : hn::Zero(d);
+    hn::StoreU(CombineBias(d, acc[0], va, vb, old, combine, has_bias, bias), d, c);
+  } else {
+    VF old0 = hn::Zero(d), old1 = hn::Zero(d);
+    if (read) {  // C's 16 rows as [c0 c1 c0 c1 ...]: even lanes column 0, odd lanes column 1
+      const __m512 x0 = _mm512_loadu_ps(c), x1 = _mm512_loadu_ps(c + 16);
+      const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+      const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+      old0 = VF{_mm512_permutex2var_ps(x0, even, x1)};
+      old1 = VF{_mm512_permutex2var_ps(x0, odd, x1)};
+    }
+    const VF bias0 = has_bias ? hn::Set(d, g.bias[j]) : hn::Zero(d);
+    const VF bias1 = has_bias ? hn::Set(d, g.bias[j + 1]) : hn::Zero(d);
+    const __m512 c0 = CombineBias(d, acc[0], va, vb, old0, combine, has_bias, bias0).raw;
+    const __m512 c1 = CombineBias(d, acc[1], va, vb, old1, combine, has_bias, bias1).raw;
+    // Lane 2l of the first store is c0[l], lane 2l + 1 c1[l]; the second, l + 8.
+    const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+    _mm512_storeu_ps(c, _mm512_permutex2var_ps(c0, lo, c1));
+    _mm512_storeu_ps(c + 16, _mm512_permutex2var_ps(c0, hi, c1));
+  }
+}
+
 // SwappedTile over four whole vectors of Cᵀ columns (rows i..i+4V of C) at once: 4·R FMA
 // chains instead of 2·R, enough to cover the FMA latency when C has one or two columns
 // (R = 1, 2: dW of a 2-class head). The same chains and stores as SwappedTile's.
@@ -741,6 +778,13 @@ HWY_INLINE void SwappedTile4(DF d, const GemmArgs& g, int64_t j, const float* x,
       acc2[r] = hn::MulAdd(av, x2, acc2[r]);
       acc3[r] = hn::MulAdd(av, x3, acc3[r]);
     }
+  }
+  if (g.ldc == R) {  // (C's rows contiguous)
+    StoreSwappedDense<R>(d, g, acc0, j, i);
+    StoreSwappedDense<R>(d, g, acc1, j, i + lanes);
+    StoreSwappedDense<R>(d, g, acc2, j, i + 2 * lanes);
+    StoreSwappedDense<R>(d, g, acc3, j, i + 3 * lanes);
+    return;
   }
   VF lo[kMR][2], hi[kMR][2];
 #pragma GCC unroll 6

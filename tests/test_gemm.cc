@@ -194,6 +194,39 @@ TEST_CASE("sgemm agrees with cblas_sgemm on random shapes", "[gemm]") {
   }
 }
 
+// dW of a 1- or 2-class head (A transposed, C of one or two columns, C's rows contiguous):
+// the swapped path's four-vector tiles store C's 16-row blocks whole (two interleaving
+// permutes for two columns) where ldc equals the column count. The same bits as with C's rows
+// padded apart (lane-by-lane stores), beta 0, 1 and 0.5, with and without a bias, every
+// target and slice count; and the double reference.
+TEST_CASE("thin transposed-A products with contiguous C rows store the padded layout's values", "[gemm]") {
+  attnkit::test::for_each_simd_target([&](const std::string& target) {
+    uint32_t seed = 4100;
+    for (int64_t n : {1, 2})
+      for (int64_t m : {64, 128, 200, 640})
+        for (int64_t k : {1, 7, 640})
+          for (float beta : {0.0f, 1.0f, 0.5f})
+            for (bool with_bias : {false, true}) {
+              const Problem p = make_problem(true, false, m, n, k, 0.75f, beta, 0, seed++);
+              Problem padded = p;  // the same values, C's rows n + 3 apart
+              padded.ldc = n + 3;
+              padded.c.assign(static_cast<size_t>(m * padded.ldc), kSentinel);
+              for (int64_t i = 0; i < m; ++i)
+                for (int64_t j = 0; j < n; ++j) padded.c[i * padded.ldc + j] = p.c[i * n + j];
+              const std::vector<float> bias = random_bias(n, seed);
+              const float* b = with_bias ? bias.data() : nullptr;
+              INFO(target << " m=" << m << " n=" << n << " k=" << k << " beta=" << beta << " bias=" << with_bias);
+              const std::vector<float> want = run_bias_slices(padded, b, 1);
+              for (int count : {1, 2, 3}) {
+                const std::vector<float> got = run_bias_slices(p, b, count);
+                for (int64_t i = 0; i < m; ++i)
+                  for (int64_t j = 0; j < n; ++j) REQUIRE(bitwise_equal({got[i * n + j]}, {want[i * padded.ldc + j]}));
+                if (count == 1) check_against_reference(p, got, b);
+              }
+            }
+  });
+}
+
 TEST_CASE("sgemm_slice results are bitwise independent of the slice count", "[gemm]") {
   std::vector<Shape> shapes = kLargeShapes;
   shapes.push_back({10, 10, 16});
