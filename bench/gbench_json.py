@@ -11,10 +11,11 @@ def fail(who, msg):
     sys.exit(2)
 
 
-def run_json(cmd, env, who):
+def run_json(cmd, env, who, statistic="median"):
     """Runs a Google Benchmark program with JSON output (its flags must ask for repetitions and
-    --benchmark_format=json): (context, {name: median real_time ns}), name without
-    "/real_time". Exits 2 with `who`'s name on a failed run or one with no medians."""
+    --benchmark_format=json: flags(min_time, statistic)): (context, {name: real_time ns}), the
+    median of the repetitions or, with statistic="min", their minimum; name without
+    "/real_time". Exits 2 with `who`'s name on a failed run or one with no such figures."""
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         fail(who, f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
@@ -25,22 +26,31 @@ def run_json(cmd, env, who):
     except json.JSONDecodeError as e:
         fail(who, f"{cmd[0]} did not print JSON ({e})")
     scale = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
-    medians = {}
+    figures = {}
     for b in data.get("benchmarks", []):
-        if b.get("run_type") == "aggregate" and b.get("aggregate_name") == "median":
+        if statistic == "min":
+            if b.get("run_type") != "iteration" or "error_occurred" in b:
+                continue
+            name = b.get("run_name", b["name"])
+        elif b.get("run_type") == "aggregate" and b.get("aggregate_name") == "median":
             name = b["run_name"] if "run_name" in b else b["name"].rsplit("_median", 1)[0]
-            if name.endswith("/real_time"):
-                name = name[: -len("/real_time")]
-            medians[name] = b["real_time"] * scale[b.get("time_unit", "ns")]
-    if not medians:
-        fail(who, f"{' '.join(cmd)} reported no medians (does the filter match anything?)")
-    return data.get("context", {}), medians
+        else:
+            continue
+        if name.endswith("/real_time"):
+            name = name[: -len("/real_time")]
+        t = b["real_time"] * scale[b.get("time_unit", "ns")]
+        figures[name] = min(t, figures.get(name, t))
+    if not figures:
+        fail(who, f"{' '.join(cmd)} reported no {statistic} times (does the filter match anything?)")
+    return data.get("context", {}), figures
 
 
-def flags(min_time):
-    """The flags every run takes: medians of 5 repetitions, as JSON."""
+def flags(min_time, statistic="median"):
+    """The flags every run takes: 5 repetitions, as JSON; only their median reported, or with
+    statistic="min" every repetition (run_json takes the minimum)."""
     return [f"--benchmark_min_time={min_time}", "--benchmark_repetitions=5",
-            "--benchmark_report_aggregates_only=true", "--benchmark_format=json"]
+            f"--benchmark_report_aggregates_only={'false' if statistic == 'min' else 'true'}",
+            "--benchmark_format=json"]
 
 
 def write_whole(path, text):
