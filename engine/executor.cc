@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 
 #include "engine/barrier.h"
 #include "engine/error.h"
@@ -206,9 +207,9 @@ MemoryPlan Executor::make_plan(const Graph& graph, const ExecutorOptions& option
   const int64_t probe_rows = std::min<int64_t>(max_batch - 1, 16);
   const MemoryPlan probe = plan_memory(graph, {probe_rows});
   const int64_t per_row = (probe.arena_bytes + probe.kept_bytes / max_batch * probe_rows) / probe_rows;
-  // Each thread works on its share of a chunk, in its own core's cache.
-  const int64_t budget = options.chunk_bytes * std::max(1, options.threads);
-  int64_t rows = per_row > 0 ? budget / per_row : max_batch;
+  // Each thread runs whole chunks in its own core's cache (run_chunks_per_thread), so the
+  // chunk's size does not depend on the thread count.
+  int64_t rows = per_row > 0 ? options.chunk_bytes / per_row : max_batch;
   // Products of fewer rows lose more to packing and tile edges than the cache saves: at
   // least kMinChunkRows rows of each batched matrix (reversal-large, 1.5 MB a sequence, would
   // otherwise run a sequence at a time, its GEMMs at 128 rows).
@@ -263,6 +264,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options)
     bytes += (d.bytes() + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
   }
   check_memory(plan_, graph.param_count(), bytes);
+  chunks_per_thread_ = can_run_chunks_per_thread(graph, plan_);
   arena_.resize(plan_.arena_bytes);
   kept_.resize(plan_.kept_bytes);
   params_.resize(graph.param_count() * 4);
@@ -392,6 +394,7 @@ void Executor::init_parameters(uint64_t seed) {
 
 void Executor::place_tensors() {
   const size_t n = graph_.tensors().size();
+  const int64_t prefix = static_cast<int64_t>(graph_.unbatched_prefix());
   places_.assign(n, Place{});
   for (size_t t = 0; t < n; ++t) {
     const TensorDesc& d = graph_.tensors()[t];
@@ -405,6 +408,7 @@ void Executor::place_tensors() {
           at.base = kept_.data() + kept, at.row_bytes = row_bytes;
         } else if (plan_.offsets[t] >= 0) {
           at.base = arena_.data() + plan_.offsets[t];
+          if (chunks_per_thread_ && plan_.first_use[t] >= prefix) at.chunk_offset = plan_.offsets[t];
         } else {
           at.computed = false;  // no node of the (optimized) graph touches it
         }
@@ -509,6 +513,94 @@ void Executor::run_chunks(Run run) {
   }
 }
 
+bool Executor::can_run_chunks_per_thread(const Graph& graph, const MemoryPlan& plan) {
+  if (graph.has_backward() || plan.rows <= 0) return false;
+  // After the prefix every write must be private to a chunk: batched rows (the chunk's own,
+  // in the arena or in place in a kept result) or unbatched arena scratch (each thread's own
+  // arena). An unbatched kept result or any other block would be written by every thread.
+  for (size_t i = graph.unbatched_prefix(); i < graph.forward_nodes(); ++i) {
+    const Node& n = graph.nodes()[i];
+    for (const auto* list : {&n.out, &n.scratch})
+      for (TensorId t : *list) {
+        if (t == kNoTensor) continue;
+        const TensorDesc& d = graph.tensor(t);
+        const bool arena_only = d.storage == Storage::kArena && plan.kept_offsets[static_cast<size_t>(t)] < 0;
+        if (!d.batched && !arena_only) return false;
+        if (d.batched && d.storage != Storage::kArena) return false;
+      }
+  }
+  return true;
+}
+
+// One thread's RunContext in run_chunks_per_thread: the executor's blocks, its chunk's rows
+// of the batched inputs and results, and its own arena for what the chunk computes.
+class Executor::ChunkView final : public RunContext {
+ public:
+  ChunkView(const Executor& ex, uint8_t* arena) : ex_(ex), arena_(arena) {}
+  void set_chunk(int64_t row0, int64_t rows) { row0_ = row0, rows_ = rows; }
+  float* f32(TensorId id) const override { return static_cast<float*>(ptr(id)); }
+  int32_t* i32(TensorId id) const override { return static_cast<int32_t*>(ptr(id)); }
+  uint8_t* u8(TensorId id) const override { return static_cast<uint8_t*>(ptr(id)); }
+  Shape shape(TensorId id) const override {
+    const TensorDesc& d = ex_.graph_.tensor(id);
+    Shape s = d.shape;
+    if (d.batched) s.dims[0] = rows_;
+    return s;
+  }
+  int64_t batch() const override { return rows_; }
+  int64_t chunk_first_row() const override { return row0_; }
+  int64_t whole_batch() const override { return ex_.batch_; }
+  uint64_t constant_stamp(TensorId id) const override { return ex_.constant_stamp(id); }
+  bool training() const override { return false; }
+  int64_t training_steps() const override { return ex_.training_steps(); }
+
+ private:
+  void* ptr(TensorId id) const {
+    const Place& at = ex_.places_[static_cast<size_t>(id)];
+    if (at.chunk_offset >= 0) return arena_ + at.chunk_offset;
+    return at.computed ? at.base + row0_ * at.row_bytes : ex_.ptr(id);  // (ex_.ptr throws)
+  }
+  const Executor& ex_;
+  uint8_t* arena_;
+  int64_t row0_ = 0, rows_ = 0;
+};
+
+void Executor::run_chunks_per_thread(size_t begin, size_t end, int threads) {
+  while (static_cast<int>(thread_arenas_.size()) < threads - 1) thread_arenas_.emplace_back(plan_.arena_bytes);
+  struct Stamp {  // the run's constant_stamp for its duration only, also when it throws
+    uint64_t& stamp;
+    ~Stamp() { stamp = 0; }
+  } stamp{chunked_run_stamp_};
+  chunked_run_stamp_ = next_run_stamp();
+  const auto& nodes = graph_.nodes();
+  // As many chunks as the plan's rows need, rounded up to a multiple of the threads, of equal
+  // rows (the arena holds plan_.rows; fewer fit): 500 rows at 152 a chunk on two threads run
+  // as 4 × 125, not 3 × 152 + 44 (304 rows on one thread, 196 on the other).
+  const int64_t chunks = ((batch_ + plan_.rows - 1) / plan_.rows + threads - 1) / threads * threads;
+  const int64_t rows = (batch_ + chunks - 1) / chunks;
+  std::atomic<int64_t> next{0};
+  std::exception_ptr error;
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    ChunkView view(*this, t == 0 ? arena_.data() : thread_arenas_[static_cast<size_t>(t - 1)].data());
+    const FlushDenormalsScope flush(flush_denormals_);
+    try {
+      for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
+           c = next.fetch_add(1, std::memory_order_relaxed)) {
+        if (c * rows >= batch_) break;  // (rounding up can leave the last chunks empty)
+        view.set_chunk(c * rows, std::min(rows, batch_ - c * rows));
+        for (size_t i = begin; i < end; ++i) op_def(nodes[i].op).run(view, nodes[i], Slice{0, 1, nullptr, bf16_});
+      }
+    } catch (...) {
+#pragma omp critical(attnkit_chunk_error)
+      if (!error) error = std::current_exception();
+      next.store(chunks, std::memory_order_relaxed);  // the others stop after their chunk
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
 uint64_t Executor::constant_stamp(TensorId id) const {
   if (chunked_run_stamp_ == 0) return 0;
   const Storage where = graph_.tensor(id).storage;
@@ -532,9 +624,13 @@ void Executor::forward() {
     const bool run_prefix = prefix > 0 && !(fixed_parameters_ && prefix_current_);
     if (run_prefix) run_nodes(0, prefix, nullptr, threads);
     prefix_current_ = true;
-    run_chunks([&] {
-      run_nodes(prefix, graph_.forward_nodes(), nullptr, threads, /*count_profiled_run=*/!run_prefix && row0_ == 0);
-    });
+    if (threads > 1 && chunks_per_thread_ && !profiling_) {  // (profiling times the nodes of shared chunks)
+      run_chunks_per_thread(prefix, graph_.forward_nodes(), threads);
+    } else {
+      run_chunks([&] {
+        run_nodes(prefix, graph_.forward_nodes(), nullptr, threads, /*count_profiled_run=*/!run_prefix && row0_ == 0);
+      });
+    }
   } else if (plan_.rows > 0 && fixed_parameters_ && prefix_current_) {
     // One chunk's rows or fewer, the weights-only results still there (a chunked plan).
     run_nodes(graph_.unbatched_prefix(), graph_.forward_nodes(), nullptr, threads);

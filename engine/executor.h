@@ -47,8 +47,9 @@ struct ExecutorOptions {
   // cache; the kept results and the inputs stay whole (max_batch rows, in blocks of their own)
   // and each chunk reads and writes its rows in place. The arena is then planned for one
   // chunk, so its size stops growing with max_batch. Results are those of one whole-batch run.
-  // 0: never chunk. The default is about a Zen 4 core's L2 (1 MB); with several threads a
-  // chunk is that much per thread.
+  // 0: never chunk. The default is about a Zen 4 core's L2 (1 MB). With several threads each
+  // thread runs whole chunks in its own arena (see chunks_per_thread()), so a chunk is that
+  // much per thread and the plan does not depend on the thread count.
   int64_t chunk_bytes = kDefaultChunkBytes;
   static constexpr int64_t kDefaultChunkBytes = 1 << 20;
   // The caller writes the parameters only before the first forward() (or calls
@@ -94,6 +95,11 @@ class Executor final : public RunContext {
   // Rows of a chunk when large batches run in chunks (see ExecutorOptions::chunk_bytes),
   // else 0.
   int64_t chunk_rows() const { return plan_.rows; }
+  // Whether a forward() of more than one chunk on several threads gives each thread whole
+  // chunks (its own arena, no barriers: see run_chunks_per_thread) instead of a share of every
+  // node of every chunk: an inference graph planned in chunks whose nodes after the
+  // weights-only prefix write batched rows or arena scratch only. Results are the same bits.
+  bool chunks_per_thread() const { return chunks_per_thread_; }
   // True while train_step runs (dropout drops only then).
   bool training() const override { return training_; }
   void set_threads(int threads);
@@ -158,6 +164,11 @@ class Executor final : public RunContext {
   // set to the chunk's).
   template <typename Run>
   void run_chunks(Run run);
+  // Nodes [begin, end) for every chunk of the batch, `threads` threads each taking the next
+  // chunk and running it alone (Slice{0, 1}) in its own arena (chunks_per_thread()).
+  void run_chunks_per_thread(size_t begin, size_t end, int threads);
+  class ChunkView;  // a thread's RunContext in run_chunks_per_thread
+  static bool can_run_chunks_per_thread(const Graph& graph, const MemoryPlan& plan);
   static MemoryPlan make_plan(const Graph& graph, const ExecutorOptions& options);
   int threads_for_run();
   void record_run(int threads, double seconds);
@@ -182,6 +193,9 @@ class Executor final : public RunContext {
   struct Place {
     uint8_t* base = nullptr;
     int64_t row_bytes = 0;
+    // A chunked inference plan's arena tensors written after the weights-only prefix: the
+    // offset in the arena (each thread's own in run_chunks_per_thread), else -1.
+    int64_t chunk_offset = -1;
     bool computed = true;
   };
   std::vector<Place> places_;
@@ -209,6 +223,9 @@ class Executor final : public RunContext {
   bool bf16_ = false;  // products in bf16 (ExecutorOptions::precision and a bf16 kernel here)
   bool flush_denormals_ = true;  // ExecutorOptions::flush_denormals
   bool prefix_current_ = false;
+  bool chunks_per_thread_ = false;  // chunks_per_thread()
+  // run_chunks_per_thread's arenas of threads 1, 2, ... (thread 0 uses arena_), made on first use.
+  std::vector<AlignedBuffer> thread_arenas_;
   bool parallel_ = true;
   int probe_runs_left_ = 0;
   double best_parallel_ = 0, best_serial_ = 0;  // summed seconds of the probe runs

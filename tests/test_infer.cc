@@ -193,19 +193,28 @@ TEST_CASE("with fixed parameters the weights-only nodes run on the first call an
   const attnkit::Model m = attnkit::build_model(c, n, /*with_backward=*/false);
   attnkit::ExecutorOptions fixed{1, 5}, plain{1, 5};
   fixed.fixed_parameters = true;
-  attnkit::Executor a(*m.graph, fixed), b(*m.graph, plain);
+  attnkit::ExecutorOptions fixed2 = fixed;  // two threads, each running whole chunks that all
+  fixed2.threads = 2;                       // read the one prefix's tables
+  fixed2.adaptive_threads = false;
+  attnkit::Executor a(*m.graph, fixed), b(*m.graph, plain), a2(*m.graph, fixed2);
   REQUIRE(a.chunk_rows() > 0);
+  REQUIRE(a2.chunks_per_thread());
   REQUIRE(m.graph->unbatched_prefix() > 0);
   const std::vector<int32_t> x = random_tokens(c, n, 31);
   const std::vector<float> first = run_forward(a, m, x, n);
   CHECK(first == run_forward(b, m, x, n));
   CHECK(run_forward(a, m, x, n) == first);  // the tables kept from the first call
+  CHECK(run_forward(a2, m, x, n) == first);
+  CHECK(run_forward(a2, m, x, n) == first);
   CHECK(run_forward(a, m, x, 7) == run_forward(b, m, x, 7));  // one chunk or less
-  for (int64_t i = 0; i < a.param_count(); ++i) a.params()[i] *= 0.5f, b.params()[i] *= 0.5f;
+  for (int64_t i = 0; i < a.param_count(); ++i) a.params()[i] *= 0.5f, b.params()[i] *= 0.5f, a2.params()[i] *= 0.5f;
   const std::vector<float> changed = run_forward(b, m, x, n);
   CHECK(run_forward(a, m, x, n) != changed);  // not told: the old tables (as documented)
+  CHECK(run_forward(a2, m, x, n) != changed);
   a.parameters_changed();
+  a2.parameters_changed();
   CHECK(run_forward(a, m, x, n) == changed);
+  CHECK(run_forward(a2, m, x, n) == changed);
 }
 
 TEST_CASE("large batches run in chunks of rows with the whole batch's results and a chunk-sized arena") {
@@ -227,6 +236,11 @@ TEST_CASE("large batches run in chunks of rows with the whole batch's results an
     CHECK(a.chunk_rows() == 0);
     REQUIRE(b.chunk_rows() > 0);
     REQUIRE(b.chunk_rows() < n);
+    // The plan does not depend on the thread count; on two threads each takes whole chunks.
+    CHECK(b2.chunk_rows() == b.chunk_rows());
+    CHECK(b2.plan().arena_bytes == b.plan().arena_bytes);
+    CHECK(!a.chunks_per_thread());
+    CHECK(b2.chunks_per_thread());
     INFO("chunk rows " << b.chunk_rows());
     CHECK(b.plan().arena_bytes * 4 < a.plan().arena_bytes);
     attnkit::check_plan(*m.graph, b.plan());
@@ -241,13 +255,16 @@ TEST_CASE("large batches run in chunks of rows with the whole batch's results an
     b3.set_adaptive_threads(false);  // ...until adaptive use is turned off: both threads, same rows
     CHECK(b3.threads_in_use() == 2);
     CHECK(run_forward(b3, m, x, n) == run_forward(a, m, x, n));
-    // A steady-state chunked run allocates nothing.
-    run_forward(b, m, x, n);
-    b.set_batch(n);
-    const long before = g_allocations.load();
-    for (int k = 0; k < 3; ++k) b.forward();
-    const long allocations = g_allocations.load() - before;
-    CHECK(allocations == 0);
+    // A steady-state chunked run allocates nothing, on one thread or on two (their arenas made
+    // on the first run).
+    for (attnkit::Executor* e : {&b, &b2}) {
+      run_forward(*e, m, x, n);
+      e->set_batch(n);
+      const long before = g_allocations.load();
+      for (int k = 0; k < 3; ++k) e->forward();
+      const long allocations = g_allocations.load() - before;
+      CHECK(allocations == 0);
+    }
     // A bad token names its sequence and position, also when it is in a later chunk.
     std::vector<int32_t> bad = x;
     bad[static_cast<size_t>(650 * c.seq_len + 3)] = static_cast<int32_t>(c.vocab);
