@@ -32,9 +32,7 @@ inline bool apply_simd_target(const char* program) {
     // ATTNKIT_TEN_COLUMNS's choice is the context attnkit_ten_columns.
     std::string key = choice.variable;
     for (char& c : key) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    benchmark::AddCustomContext(key, std::string(choice.current()) +
-                                         (std::getenv(choice.variable) ? std::string(" (") + choice.variable + ")" : "") +
-                                         (avx512_target_in_use() ? "" : " (unused below AVX3)"));
+    benchmark::AddCustomContext(key, choice.in_use() + (avx512_target_in_use() ? "" : " (unused below AVX3)"));
   }
   benchmark::AddCustomContext("attnkit_bf16_kernel", std::string(bf16_kernel_name(bf16_kernel())) +
                                                          " (this CPU has: " + bf16_kernels_available() + ")");

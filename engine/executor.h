@@ -113,7 +113,10 @@ class Executor final : public RunContext {
   // takes threads() threads.
   void set_adaptive_threads(bool on) {
     adaptive_ = on;
-    if (!on) parallel_ = true, probe_runs_left_ = 0;
+    if (!on) {
+      parallel_ = true;
+      probe_runs_left_ = 0;
+    }
   }
 
   // Runs the forward nodes only (evaluation, inference).

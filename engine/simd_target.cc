@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -128,52 +129,53 @@ static_assert(static_cast<int>(SmallGemmValues::kSplit) == 1 && static_cast<int>
 static_assert(static_cast<int>(Avx512Width::kFull) == 1 && static_cast<int>(Avx512Width::kHalves) == 2);
 static_assert(static_cast<int>(TenColumns::kWide) == 1 && static_cast<int>(TenColumns::kQuads) == 2);
 
-// A kernel choice by name (case-insensitive): one of the table's names, or empty / "best" for
-// the CPU's default; anything else is an Error naming what is chosen and the choices.
-void force_named_choice(const std::string& name, const KernelChoice& choice, void (*set)(size_t)) {
-  const std::string wanted = upper(name);
-  if (wanted.empty() || wanted == "BEST") return set(0);
-  std::string names;
-  for (size_t i = 0; i < choice.names.size(); ++i) {
-    if (wanted == upper(choice.names[i])) return set(i + 1);
-    names += std::string(choice.names[i]) + ", ";
-  }
-  throw Error("unknown " + std::string(choice.what) + " '" + name + "' (choices: " + names + "best)");
+const KernelChoice& choice_of(const char* variable) {
+  for (const KernelChoice& choice : avx512_kernel_choices())
+    if (std::string(choice.variable) == variable) return choice;
+  throw Error(std::string("no AVX-512 kernel choice ") + variable);  // (a typo in this file)
 }
 }  // namespace
+
+void KernelChoice::force(const std::string& name) const {
+  const std::string wanted = upper(name);
+  if (wanted.empty() || wanted == "BEST") return set(0);
+  std::string choices;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (wanted == upper(names[i])) return set(i + 1);
+    choices += std::string(names[i]) + ", ";
+  }
+  throw Error("unknown " + std::string(what) + " '" + name + "' (choices: " + choices + "best)");
+}
+
+std::string KernelChoice::in_use() const {
+  return std::string(current()) + (std::getenv(variable) ? std::string(" (") + variable + ")" : "");
+}
 
 const std::vector<KernelChoice>& avx512_kernel_choices() {
   static const std::vector<KernelChoice> table = {
       {"ATTNKIT_SMALL_GEMM", "small products' A values (AVX-512)", "way for the small products to get A's values",
-       {"split", "broadcast"}, gemm_small_values_name, force_small_gemm_values},
+       {"split", "broadcast"}, gemm_small_values_name, set_by_index<SmallGemmValues, set_gemm_small_values>},
       {"ATTNKIT_AVX512_WIDTH", "AVX-512 core width (products shaped for it)", "width of the AVX-512 core",
-       {"full", "halves"}, gemm_avx512_width_name, force_avx512_width},
+       {"full", "halves"}, gemm_avx512_width_name, set_by_index<Avx512Width, set_gemm_avx512_width>},
       {"ATTNKIT_TEN_COLUMNS", "products of 9 or 10 columns (AVX-512)", "layout of the 9/10-column products",
-       {"wide", "quads"}, gemm_ten_columns_name, force_ten_columns},
+       {"wide", "quads"}, gemm_ten_columns_name, set_by_index<TenColumns, set_gemm_ten_columns>},
   };
   return table;
 }
 
-void force_small_gemm_values(const std::string& name) {
-  force_named_choice(name, avx512_kernel_choices()[0], set_by_index<SmallGemmValues, set_gemm_small_values>);
-}
-
-void force_avx512_width(const std::string& name) {
-  force_named_choice(name, avx512_kernel_choices()[1], set_by_index<Avx512Width, set_gemm_avx512_width>);
-}
-
-void force_ten_columns(const std::string& name) {
-  force_named_choice(name, avx512_kernel_choices()[2], set_by_index<TenColumns, set_gemm_ten_columns>);
-}
+void force_small_gemm_values(const std::string& name) { choice_of("ATTNKIT_SMALL_GEMM").force(name); }
+void force_avx512_width(const std::string& name) { choice_of("ATTNKIT_AVX512_WIDTH").force(name); }
+void force_ten_columns(const std::string& name) { choice_of("ATTNKIT_TEN_COLUMNS").force(name); }
 
 void apply_simd_target_env() {
   static std::once_flag once;
   static std::string failure;
   std::call_once(once, [] {
     // The SIMD target first: force_bf16_kernel checks the kernel against it.
-    std::vector<std::pair<const char*, void (*)(const std::string&)>> order = {
+    std::vector<std::pair<const char*, std::function<void(const std::string&)>>> order = {
         {"ATTNKIT_SIMD_TARGET", force_simd_target}, {"ATTNKIT_BF16", force_bf16_kernel}};
-    for (const KernelChoice& choice : avx512_kernel_choices()) order.emplace_back(choice.variable, choice.force);
+    for (const KernelChoice& choice : avx512_kernel_choices())
+      order.emplace_back(choice.variable, [&choice](const std::string& name) { choice.force(name); });
     for (const auto& [var, force] : order) {
       const char* value = std::getenv(var);
       if (!value) continue;

@@ -4,6 +4,7 @@
 // force_simd_target() makes every kernel use a lower one instead, to compare targets on one
 // machine or to rule a target out.
 #pragma once
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -57,7 +58,12 @@ struct KernelChoice {
   const char* what;                         // as an error names it, "layout of the 9/10-column products"
   std::vector<const char*> names;           // the choices besides "best", as *_name() spells them
   const char* (*current)();                 // the choice in use (gemm_ten_columns_name)
-  void (*force)(const std::string& name);   // force_ten_columns
+  void (*set)(size_t index);                // 0: the CPU's default, i: names[i - 1] (set_gemm_ten_columns)
+  // Sets the choice `name` (case-insensitive: one of names, or "" / "best"); throws Error
+  // naming `what` and the choices otherwise.
+  void force(const std::string& name) const;
+  // current(), with " (VARIABLE)" when the variable is set: "quads (ATTNKIT_TEN_COLUMNS)".
+  std::string in_use() const;
 };
 const std::vector<KernelChoice>& avx512_kernel_choices();
 

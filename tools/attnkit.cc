@@ -41,8 +41,7 @@ std::string version_text() {
   };
   std::string choices;  // the AVX-512 kernel choices, a line each
   for (const attnkit::KernelChoice& choice : attnkit::avx512_kernel_choices())
-    choices += std::string("\n") + choice.label + ": " + choice.current() +
-               (std::getenv(choice.variable) ? std::string(" (") + choice.variable + ")" : "") +
+    choices += std::string("\n") + choice.label + ": " + choice.in_use() +
                (attnkit::avx512_target_in_use() ? "" : " (unused: the target is not AVX-512)");
   return std::string("attnkit ") + ATTNKIT_VERSION + "\nSIMD target: " + attnkit::simd_target_name() +
          (std::getenv("ATTNKIT_SIMD_TARGET") ? " (ATTNKIT_SIMD_TARGET)" : "") + choices +
