@@ -617,26 +617,23 @@ void Executor::forward() {
   }
   const int threads = threads_for_run();
   const auto start = std::chrono::steady_clock::now();
-  if (plan_.rows > 0 && batch_ > plan_.rows) {  // chunk by chunk (see ExecutorOptions::chunk_bytes)
-    // The weights-only nodes first, once (an inference graph has them in front), then the rest
-    // for each chunk of rows.
+  if (plan_.rows > 0) {  // a chunked plan (see ExecutorOptions::chunk_bytes)
+    // The weights-only nodes first (an inference graph has them in front), once while the
+    // parameters stay fixed, then the rest for each chunk of rows; on several threads each
+    // takes whole chunks, also when the batch is one chunk or less (it is then cut in as many).
     const size_t prefix = graph_.unbatched_prefix();
     const bool run_prefix = prefix > 0 && !(fixed_parameters_ && prefix_current_);
     if (run_prefix) run_nodes(0, prefix, nullptr, threads);
     prefix_current_ = true;
-    if (threads > 1 && chunks_per_thread_ && !profiling_) {  // (profiling times the nodes of shared chunks)
+    if (threads > 1 && chunks_per_thread_ && !profiling_ && batch_ > 1) {  // (profiling times shared nodes)
       run_chunks_per_thread(prefix, graph_.forward_nodes(), threads);
     } else {
       run_chunks([&] {
         run_nodes(prefix, graph_.forward_nodes(), nullptr, threads, /*count_profiled_run=*/!run_prefix && row0_ == 0);
       });
     }
-  } else if (plan_.rows > 0 && fixed_parameters_ && prefix_current_) {
-    // One chunk's rows or fewer, the weights-only results still there (a chunked plan).
-    run_nodes(graph_.unbatched_prefix(), graph_.forward_nodes(), nullptr, threads);
   } else {
     run_nodes(0, graph_.forward_nodes(), nullptr, threads);
-    prefix_current_ = plan_.rows > 0;  // (a whole-batch plan may reuse their memory)
   }
   record_run(threads, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
