@@ -201,7 +201,11 @@ MemoryPlan Executor::make_plan(const Graph& graph, const ExecutorOptions& option
     if (rows >= max_batch) return plan_memory(graph);
     return plan_memory(graph, {rows});
   }
-  if (options.chunk_bytes <= 0 || max_batch < 2 || !runs_row_by_row(graph)) return plan_memory(graph);
+  if (options.chunk_bytes <= 0 || !runs_row_by_row(graph)) return plan_memory(graph);
+  // A batch that fits is planned as one chunk of max_batch rows: the weights-only results then
+  // stay in the arena between calls (fixed_parameters) and several threads take a share of
+  // the rows each (run_chunks_per_thread).
+  if (max_batch < 2) return plan_memory(graph, {max_batch});
   // Bytes per row: the arena of a small chunk (its unbatched tensors counted in, which errs
   // towards smaller chunks) and the rows of the results it writes.
   const int64_t probe_rows = std::min<int64_t>(max_batch - 1, 16);
@@ -214,7 +218,7 @@ MemoryPlan Executor::make_plan(const Graph& graph, const ExecutorOptions& option
   // least kMinChunkRows rows of each batched matrix (reversal-large, 1.5 MB a sequence, would
   // otherwise run a sequence at a time, its GEMMs at 128 rows).
   rows = std::max(rows, entries_for_rows(graph, kMinChunkRows));
-  if (rows >= max_batch) return plan_memory(graph);
+  if (rows >= max_batch) return plan_memory(graph, {max_batch});
   if (rows > 16) rows = rows / 8 * 8;  // whole vectors of rows for the products
   return plan_memory(graph, {std::max<int64_t>(1, rows)});
 }

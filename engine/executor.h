@@ -47,6 +47,8 @@ struct ExecutorOptions {
   // cache; the kept results and the inputs stay whole (max_batch rows, in blocks of their own)
   // and each chunk reads and writes its rows in place. The arena is then planned for one
   // chunk, so its size stops growing with max_batch. Results are those of one whole-batch run.
+  // A batch that fits is planned as one chunk of max_batch rows, so the same holds for it
+  // (the weights-only results kept, the threads each taking their rows).
   // 0: never chunk. The default is about a Zen 4 core's L2 (1 MB). With several threads each
   // thread runs whole chunks in its own arena (see chunks_per_thread()), so a chunk is that
   // much per thread and the plan does not depend on the thread count.
@@ -92,8 +94,8 @@ class Executor final : public RunContext {
   int64_t chunk_first_row() const override { return row0_; }
   int64_t whole_batch() const override { return batch_; }
   uint64_t constant_stamp(TensorId id) const override;
-  // Rows of a chunk when large batches run in chunks (see ExecutorOptions::chunk_bytes),
-  // else 0.
+  // Rows of a chunk when batches run in chunks (see ExecutorOptions::chunk_bytes; max_batch
+  // for a row-by-row inference graph whose whole batch fits: one chunk), else 0.
   int64_t chunk_rows() const { return plan_.rows; }
   // Whether a forward() of more than one sequence on several threads gives each thread whole
   // chunks (its own arena, no barriers: see run_chunks_per_thread; a batch of one chunk or

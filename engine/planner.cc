@@ -28,7 +28,7 @@ MemoryPlan plan_memory(const Graph& g, const PlanOptions& options) {
   const size_t nt = tensors.size();
   const int64_t end = static_cast<int64_t>(nodes.size());
   MemoryPlan plan;
-  plan.rows = options.rows > 0 && options.rows < g.max_batch() ? options.rows : 0;
+  plan.rows = options.rows > 0 && options.rows <= g.max_batch() ? options.rows : 0;
   plan.offsets.assign(nt, -1);
   plan.first_use.assign(nt, -1);
   plan.last_use.assign(nt, -1);

@@ -18,7 +18,10 @@ constexpr int64_t kArenaAlignment = 64;
 // rows and places the batched kept tensors (the results) outside it, at max_batch rows each,
 // in a block of their own, so that every chunk writes its rows of the results in place.
 struct PlanOptions {
-  int64_t rows = 0;  // rows of the batched arena tensors; 0: the graph's max_batch (not chunked)
+  // Rows of the batched arena tensors; 0: the graph's max_batch (not chunked). max_batch
+  // itself is a chunked plan of one chunk (the results outside the arena, an inference
+  // graph's weights-only results kept to the end of the run).
+  int64_t rows = 0;
 };
 
 struct MemoryPlan {
