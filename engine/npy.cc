@@ -361,6 +361,12 @@ std::vector<Out> to_integer(const NpyArray& a, const std::string& what, const ch
   if (a.kind() == 'f')
     throw FileError(what + ": dtype " + quote(a.descr) + " is floating point, expected integers");
   std::vector<Out> out = conversion_output<Out>(a, what, target);
+  const Dtype t = parse_descr(a.descr, what);
+  if (t.kind == 'i' && t.itemsize == sizeof(Out) && std::is_signed_v<Out> &&
+      a.bytes.size() == out.size() * sizeof(Out)) {  // the same type, little-endian on both sides: a copy
+    if (!out.empty()) std::memcpy(out.data(), a.bytes.data(), a.bytes.size());
+    return out;
+  }
   bool is_bool = a.kind() == 'b';
   visit_values(a, what, target, [&](auto v, int64_t i) {
     using T = decltype(v);
@@ -456,8 +462,7 @@ NpyArray parse_npy(std::vector<uint8_t>&& image, const std::string& what) {
 }
 
 NpyArray read_npy(const std::string& path) {
-  std::vector<uint8_t> file = read_file(path);
-  return parse_npy(file.data(), file.size(), path);
+  return parse_npy(read_file(path), path);  // the file's buffer becomes the array's: one copy of the data in memory
 }
 
 NpyArray read_npy_entry(const std::string& path, int64_t index, int64_t* entries) {
