@@ -22,6 +22,8 @@
 // time per step spent inside the products (every sgemm call of the step, see set_gemm_timing).
 // --train-chunk sets ExecutorOptions::train_chunk_rows (-1 automatic, 0 whole batches, N
 // batch entries a chunk).
+// --shards=N sets ExecutorOptions::train_shards (data-parallel shards of each step's batch, one
+// thread each; 0 off).
 // --pack-cache=0 makes every bf16 product pack its weights again (set_bf16_pack_cache), as
 // before the packed weights were kept for the chunks of a step.
 // --gemm=openblas runs every product of the step on OpenBLAS's cblas_sgemm instead of attnkit's
@@ -116,6 +118,7 @@ bool g_fuse = true;
 bool g_index_values = true;
 Precision g_precision = Precision::kF32;
 int64_t g_train_chunk = -1;
+int g_shards = 0;
 
 // What runs the step's products: attnkit's kernels (and which bf16 ones) or OpenBLAS.
 const char* products_name() {
@@ -153,6 +156,7 @@ struct StepRunner {
     options.adaptive_threads = g_adaptive;
     options.precision = g_precision;
     options.train_chunk_rows = g_train_chunk;
+    options.train_shards = g_shards;
     ex = std::make_unique<Executor>(*m.graph, options);
     adam = std::make_unique<Adam>(ex->param_count(), AdamOptions{lesson_lr(base_task(task))});
     ex->set_batch(batch);
@@ -258,6 +262,15 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench_train_step: --train-chunk must be -1, 0 or a positive number of batch entries, got '%s'\n", v.c_str());
         return 2;
       }
+    } else if (take_flag(argc, argv, i, "--shards", &v)) {
+      char* end = nullptr;
+      const long shards = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || shards < 0 || shards > ExecutorOptions::kMaxTrainShards) {
+        std::fprintf(stderr, "bench_train_step: --shards must be 0 (off) to %d, got '%s'\n",
+                     ExecutorOptions::kMaxTrainShards, v.c_str());
+        return 2;
+      }
+      g_shards = static_cast<int>(shards);
     } else if (take_flag(argc, argv, i, "--pack-cache", &v)) {
       bool on = true;
       if (!parse_switch(v, &on)) return bad_switch("--pack-cache", v);

@@ -190,6 +190,18 @@ MemoryPlan Executor::make_plan(const Graph& graph, const ExecutorOptions& option
     if (options.train_chunk_rows < -1)
       throw Error("executor: train_chunk_rows must be -1 (by the arena's size), 0 (whole batches) or a number of "
                   "batch entries, got " + std::to_string(options.train_chunk_rows));
+    if (options.train_shards < 0 || options.train_shards > ExecutorOptions::kMaxTrainShards)
+      throw Error("executor: train_shards must be 0 (off) to " + std::to_string(ExecutorOptions::kMaxTrainShards) +
+                  ", got " + std::to_string(options.train_shards));
+    if (options.train_shards >= 2) {  // each shard's rows, planned once (see run_shards)
+      if (options.train_chunk_rows > 0)
+        throw Error("executor: train_shards and train_chunk_rows > 0 exclude each other (a shard is already a part of "
+                    "the batch)");
+      if (!trains_row_by_row(graph))
+        throw Error("executor: train_shards needs a graph whose training step can run on parts of its batch (every "
+                    "node row by row, the loss a cross-entropy over whole targets, no dropout, no kept gradients)");
+      return plan_memory(graph, {(max_batch + options.train_shards - 1) / options.train_shards});
+    }
     if (options.train_chunk_rows == 0 || max_batch < 2 || !trains_row_by_row(graph)) return plan_memory(graph);
     int64_t rows = options.train_chunk_rows;
     if (rows < 0) {
@@ -269,6 +281,7 @@ Executor::Executor(const Graph& graph, ExecutorOptions options)
   }
   check_memory(plan_, graph.param_count(), bytes);
   chunks_per_thread_ = can_run_chunks_per_thread(graph, plan_);
+  shards_ = graph.has_backward() && options.train_shards >= 2 ? options.train_shards : 0;
   arena_.resize(plan_.arena_bytes);
   kept_.resize(plan_.kept_bytes);
   params_.resize(graph.param_count() * 4);
@@ -278,6 +291,8 @@ Executor::Executor(const Graph& graph, ExecutorOptions options)
   if (!graph.const_data().empty())
     std::memcpy(consts_.data(), graph.const_data().data(), graph.const_data().size() * 4);
   place_tensors();
+  for (int k = 1; k < shards_; ++k) shard_grads_.emplace_back(graph.param_count() * 4);
+  shard_results_.resize(shards_ * shard_result_bytes_);
   init_parameters(options.seed);
   plan_barriers();
   id_checks_ = find_id_checks(graph);
@@ -412,14 +427,22 @@ void Executor::place_tensors() {
           at.base = kept_.data() + kept, at.row_bytes = row_bytes;
         } else if (plan_.offsets[t] >= 0) {
           at.base = arena_.data() + plan_.offsets[t];
-          if (chunks_per_thread_ && plan_.first_use[t] >= prefix) at.chunk_offset = plan_.offsets[t];
+          if ((chunks_per_thread_ && plan_.first_use[t] >= prefix) || shards_ > 0) at.chunk_offset = plan_.offsets[t];
         } else {
           at.computed = false;  // no node of the (optimized) graph touches it
+        }
+        if (shards_ > 0 && at.computed && d.keep && !d.batched) {  // the loss: each shard's own, summed after
+          at.shard_result_offset = shard_result_bytes_;
+          shard_result_bytes_ += (d.bytes() + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+          shard_result_tensors_.push_back(static_cast<TensorId>(t));
         }
         break;
       }
       case Storage::kParam: at.base = params_.data() + d.offset * 4; break;
-      case Storage::kParamGrad: at.base = grads_.data() + d.offset * 4; break;
+      case Storage::kParamGrad:
+        at.base = grads_.data() + d.offset * 4;
+        if (shards_ > 0) at.grad_offset = d.offset * 4;
+        break;
       case Storage::kInput: at.base = inputs_.data() + input_offsets_[t], at.row_bytes = row_bytes; break;
       case Storage::kConst: at.base = consts_.data() + d.offset; break;
     }
@@ -542,6 +565,12 @@ class Executor::ChunkView final : public RunContext {
  public:
   ChunkView(const Executor& ex, uint8_t* arena) : ex_(ex), arena_(arena) {}
   void set_chunk(int64_t row0, int64_t rows) { row0_ = row0, rows_ = rows; }
+  // A training shard's: its gradient block and its block of kept unbatched results (the loss).
+  void set_shard(uint8_t* grads, uint8_t* results) {
+    grads_ = grads;
+    results_ = results;
+    training_ = true;
+  }
   float* f32(TensorId id) const override { return static_cast<float*>(ptr(id)); }
   int32_t* i32(TensorId id) const override { return static_cast<int32_t*>(ptr(id)); }
   uint8_t* u8(TensorId id) const override { return static_cast<uint8_t*>(ptr(id)); }
@@ -555,19 +584,93 @@ class Executor::ChunkView final : public RunContext {
   int64_t chunk_first_row() const override { return row0_; }
   int64_t whole_batch() const override { return ex_.batch_; }
   uint64_t constant_stamp(TensorId id) const override { return ex_.constant_stamp(id); }
-  bool training() const override { return false; }
+  bool training() const override { return training_; }
   int64_t training_steps() const override { return ex_.training_steps(); }
 
  private:
   void* ptr(TensorId id) const {
     const Place& at = ex_.places_[static_cast<size_t>(id)];
+    if (results_ && at.shard_result_offset >= 0) return results_ + at.shard_result_offset;
     if (at.chunk_offset >= 0) return arena_ + at.chunk_offset;
+    if (grads_ && at.grad_offset >= 0) return grads_ + at.grad_offset;
     return at.computed ? at.base + row0_ * at.row_bytes : ex_.ptr(id);  // (ex_.ptr throws)
   }
   const Executor& ex_;
   uint8_t* arena_;
+  uint8_t* grads_ = nullptr;
+  uint8_t* results_ = nullptr;
   int64_t row0_ = 0, rows_ = 0;
+  bool training_ = false;
 };
+
+void Executor::run_shards(Adam* optimizer, int threads) {
+  while (static_cast<int>(thread_arenas_.size()) < threads - 1) thread_arenas_.emplace_back(plan_.arena_bytes);
+  const auto& nodes = graph_.nodes();
+  const int shards = shards_;
+  const int64_t rows = (batch_ + shards - 1) / shards;
+  const int64_t params = graph_.param_count();
+  std::atomic<int> next{0};
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;
+  SpinBarrier barrier(threads);  // (an OpenMP barrier under OMP_WAIT_POLICY=passive sleeps at once)
+#pragma omp parallel num_threads(threads)
+  {
+    // (The runtime may give fewer threads: thread 0 then runs every shard, the same bits.)
+    const bool team = omp_get_num_threads() == threads;
+    const int t = team ? omp_get_thread_num() : 0, nt = team ? threads : 1;
+    if (team || omp_get_thread_num() == 0) {
+      const FlushDenormalsScope flush(flush_denormals_);
+      ChunkView view(*this, t == 0 ? arena_.data() : thread_arenas_[static_cast<size_t>(t - 1)].data());
+      try {
+        for (int s = next.fetch_add(1, std::memory_order_relaxed); s < shards;
+             s = next.fetch_add(1, std::memory_order_relaxed)) {
+          uint8_t* grads = s == 0 ? grads_.data() : shard_grads_[static_cast<size_t>(s - 1)].data();
+          uint8_t* results = shard_results_.data() + s * shard_result_bytes_;
+          std::memset(grads, 0, static_cast<size_t>(params) * 4);  // (gradients accumulate)
+          if (shard_result_bytes_ > 0) std::memset(results, 0, static_cast<size_t>(shard_result_bytes_));
+          const int64_t row0 = s * rows;
+          if (row0 >= batch_ || failed.load(std::memory_order_relaxed)) continue;  // (an empty shard adds zeros)
+          view.set_chunk(row0, std::min(rows, batch_ - row0));
+          view.set_shard(grads, results);
+          for (const Node& n : nodes) op_def(n.op).run(view, n, Slice{0, 1, nullptr, bf16_});
+        }
+      } catch (...) {
+#pragma omp critical(attnkit_shard_error)
+        if (!error) error = std::current_exception();
+        failed.store(true);
+      }
+      if (nt > 1) barrier.wait();
+      if (!failed.load()) {
+        // The step's gradient: the shards' summed in shard order, element by element (so any
+        // split of the elements over the threads gives the same bits), then the update of the
+        // same elements (Adam splits them as slice_range does: no barrier between).
+        const Slice slice{t, nt};
+        const auto [p0, p1] = slice_range(params, slice);
+        float* g = grads_.f32();
+        for (int s = 1; s < shards; ++s) {
+          const float* gs = shard_grads_[static_cast<size_t>(s - 1)].f32();
+          for (int64_t i = p0; i < p1; ++i) g[i] += gs[i];
+        }
+        if (t == 0) {  // the loss: the shards' (each its share of the whole batch's mean) in order
+          for (TensorId id : shard_result_tensors_) {
+            const Place& at = places_[static_cast<size_t>(id)];
+            const TensorDesc& d = graph_.tensor(id);
+            const int64_t offset = at.shard_result_offset;
+            std::memcpy(at.base, shard_results_.data() + offset, static_cast<size_t>(d.bytes()));
+            if (d.dtype != DType::kF32) continue;  // (only a float loss is summed; anything else is shard 0's)
+            float* out = reinterpret_cast<float*>(at.base);
+            for (int s = 1; s < shards; ++s) {
+              const float* r = reinterpret_cast<const float*>(shard_results_.data() + s * shard_result_bytes_ + offset);
+              for (int64_t i = 0; i < d.bytes() / 4; ++i) out[i] += r[i];
+            }
+          }
+        }
+        if (optimizer) optimizer->update(params_.f32(), grads_.f32(), slice);
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
 
 void Executor::run_chunks_per_thread(size_t begin, size_t end, int threads) {
   while (static_cast<int>(thread_arenas_.size()) < threads - 1) thread_arenas_.emplace_back(plan_.arena_bytes);
@@ -658,7 +761,12 @@ void Executor::train_step(Adam* optimizer, GradientHook* hook) {
     explicit Training(bool& b) : on(b) { on = true; }
     ~Training() { on = false; }
   } training(training_);
-  if (hook || (plan_.rows > 0 && batch_ > plan_.rows)) {
+  if (shards_ > 0) {  // shard by shard (each on whichever thread takes it), then the update
+    run_shards(hook ? nullptr : optimizer, threads);
+    if (hook) hook->on_gradients(grads_.f32(), graph_.param_count());
+    if (hook && optimizer)
+      run_nodes(graph_.nodes().size(), graph_.nodes().size(), optimizer, threads, /*count_profiled_run=*/false);
+  } else if (hook || (plan_.rows > 0 && batch_ > plan_.rows)) {
     // Forward and backward (chunk by chunk in a chunked plan: the parameter gradients zeroed
     // before the first chunk and summed over all), the hook, then the update.
     run_chunks([&] { run_nodes(0, graph_.nodes().size(), nullptr, threads, row0_ == 0, row0_ == 0); });

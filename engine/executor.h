@@ -73,6 +73,16 @@ struct ExecutorOptions {
   // it. The chunk size never depends on the thread count.
   int64_t train_chunk_rows = -1;
   static constexpr int64_t kTrainChunkArenaBytes = int64_t{64} << 20;
+  // Data-parallel training steps inside the process: 2 or more splits each step's batch into
+  // this many shards of equal rows; each shard runs forward and backward alone (on whichever
+  // thread takes it, in that thread's own arena, no barrier between nodes) into its own
+  // gradient block, and the step's gradient is the shards' sum in shard order (its loss the
+  // same), then one update. Results depend on the shard count, never on the thread count or
+  // the adaptive choice: a run with the same seed and shards is bitwise the same on 1, 2 or 3
+  // threads. The graph must be one whose step can run in chunks (see train_chunk_rows); 0 or
+  // 1: off. Not with train_chunk_rows > 0.
+  int train_shards = 0;
+  static constexpr int kMaxTrainShards = 64;
   Precision precision = Precision::kF32;
   // Run the kernels with subnormal floats flushed to zero (x86 MXCSR FTZ and DAZ, set in
   // each thread of a run and restored after it; the caller's mode is untouched). A model
@@ -103,6 +113,8 @@ class Executor final : public RunContext {
   // chunk: an inference graph planned in chunks whose nodes after the weights-only prefix
   // write batched rows or arena scratch only. Results are the same bits.
   bool chunks_per_thread() const { return chunks_per_thread_; }
+  // ExecutorOptions::train_shards in use (0: off).
+  int train_shards() const { return shards_; }
   // True while train_step runs (dropout drops only then).
   bool training() const override { return training_; }
   void set_threads(int threads);
@@ -173,7 +185,11 @@ class Executor final : public RunContext {
   // Nodes [begin, end) for every chunk of the batch, `threads` threads each taking the next
   // chunk and running it alone (Slice{0, 1}) in its own arena (chunks_per_thread()).
   void run_chunks_per_thread(size_t begin, size_t end, int threads);
-  class ChunkView;  // a thread's RunContext in run_chunks_per_thread
+  class ChunkView;  // a thread's RunContext in run_chunks_per_thread and run_shards
+  // A training step's forward and backward nodes once per shard (train_shards), `threads`
+  // threads each taking the next shard, then the shards' gradients and losses summed in shard
+  // order into the executor's own, then (optimizer given) the update.
+  void run_shards(Adam* optimizer, int threads);
   static bool can_run_chunks_per_thread(const Graph& graph, const MemoryPlan& plan);
   static MemoryPlan make_plan(const Graph& graph, const ExecutorOptions& options);
   int threads_for_run();
@@ -202,6 +218,9 @@ class Executor final : public RunContext {
     // A chunked inference plan's arena tensors written after the weights-only prefix: the
     // offset in the arena (each thread's own in run_chunks_per_thread), else -1.
     int64_t chunk_offset = -1;
+    // With train_shards: a parameter gradient's offset in a shard's gradient block, and a
+    // kept unbatched result's (the loss) in a shard's block of them; else -1.
+    int64_t grad_offset = -1, shard_result_offset = -1;
     bool computed = true;
   };
   std::vector<Place> places_;
@@ -232,6 +251,13 @@ class Executor final : public RunContext {
   bool chunks_per_thread_ = false;  // chunks_per_thread()
   // run_chunks_per_thread's arenas of threads 1, 2, ... (thread 0 uses arena_), made on first use.
   std::vector<AlignedBuffer> thread_arenas_;
+  int shards_ = 0;  // train_shards()
+  // run_shards: the gradient blocks of shards 1, 2, ... (shard 0 uses grads_), each shard's
+  // kept unbatched results (shard_result_bytes_ each), and those results' tensors.
+  std::vector<AlignedBuffer> shard_grads_;
+  AlignedBuffer shard_results_;
+  int64_t shard_result_bytes_ = 0;
+  std::vector<TensorId> shard_result_tensors_;
   bool parallel_ = true;
   int probe_runs_left_ = 0;
   double best_parallel_ = 0, best_serial_ = 0;  // summed seconds of the probe runs

@@ -628,6 +628,115 @@ TEST_CASE("training in chunks: Adam steps and evaluations as with whole batches"
   CHECK(chunked.f32(mc.loss.id())[0] == Approx(whole.f32(mw.loss.id())[0]).epsilon(1e-6));
 }
 
+// Steps of config c at `batch` (max_batch 13) with train_shards = shards on `threads` threads
+// from the same parameters and data, Adam updating: the losses and the parameters after.
+struct ShardRun {
+  std::vector<float> losses, params, grads;
+};
+
+ShardRun shard_run(const ModelConfig& c, int shards, int threads, int64_t run_batch, const std::vector<int32_t>& ids,
+                   const std::vector<int32_t>& targets, int steps) {
+  Model m = build_model(c, 13);
+  ExecutorOptions o;
+  o.threads = threads;
+  o.seed = 7;
+  o.adaptive_threads = false;
+  o.train_shards = shards;
+  Executor ex(*m.graph, o);
+  REQUIRE(ex.train_shards() == (shards >= 2 ? shards : 0));
+  Adam adam(ex.param_count(), AdamOptions{0.01f});
+  std::vector<int32_t> i(ids.begin(), ids.begin() + run_batch * c.seq_len),
+      t(targets.begin(), targets.begin() + run_batch * c.seq_len);
+  load(ex, m, i, t);
+  ShardRun r;
+  for (int s = 0; s < steps; ++s) {
+    ex.train_step(&adam);
+    r.losses.push_back(ex.f32(m.loss.id())[0]);
+  }
+  r.params.assign(ex.params(), ex.params() + ex.param_count());
+  r.grads.assign(ex.grads(), ex.grads() + ex.param_count());
+  return r;
+}
+
+TEST_CASE("train_shards: the shards' summed gradients, bitwise the same on any thread count") {
+  for (ModelConfig c : configs_under_test()) {
+    SECTION(c.task) {
+      Rng rng(5);
+      std::vector<int32_t> ids, targets;
+      fill_batch(c, rng, 13, ids, targets);
+      for (size_t k = 0; k < targets.size(); k += 3) targets[k] = -1;  // ignored positions, unevenly
+      for (int64_t run_batch : {int64_t{13}, int64_t{5}, int64_t{1}}) {  // 13 = 7 + 6; 5; 1 (an empty shard)
+        INFO("batch " << run_batch);
+        // One step from the same parameters: the whole batch's loss and gradient, summed in
+        // another order.
+        const ShardRun whole = shard_run(c, 0, 1, run_batch, ids, targets, 1);
+        for (int shards : {2, 3}) {
+          INFO(shards << " shards");
+          const ShardRun one = shard_run(c, shards, 1, run_batch, ids, targets, 1);
+          CHECK(one.losses[0] == Approx(whole.losses[0]).epsilon(2e-6));
+          require_grads_close(one.grads, whole.grads, 2e-5f);
+          for (int threads : {2, 3}) {  // the same bits on any thread count
+            INFO(threads << " threads");
+            const ShardRun many = shard_run(c, shards, threads, run_batch, ids, targets, 1);
+            REQUIRE(many.losses == one.losses);
+            REQUIRE(many.grads == one.grads);
+            REQUIRE(many.params == one.params);
+          }
+        }
+      }
+      // Several Adam steps: still bitwise the same on 1 and 2 threads, and close to whole batches.
+      const ShardRun whole = shard_run(c, 0, 1, 13, ids, targets, 4);
+      const ShardRun one = shard_run(c, 2, 1, 13, ids, targets, 4);
+      const ShardRun two = shard_run(c, 2, 2, 13, ids, targets, 4);
+      REQUIRE(two.losses == one.losses);
+      REQUIRE(two.params == one.params);
+      for (size_t s = 0; s < whole.losses.size(); ++s) CHECK(one.losses[s] == Approx(whole.losses[s]).epsilon(1e-4));
+    }
+  }
+}
+
+TEST_CASE("train_shards: bad settings are errors naming the option, and steady steps allocate nothing") {
+  Model m = build_model(lesson_config("neighbor-sum"), 64);
+  ExecutorOptions bad;
+  bad.train_shards = -1;
+  CHECK_THROWS_WITH(Executor(*m.graph, bad), Catch::Contains("train_shards must be 0 (off) to 64, got -1"));
+  bad.train_shards = 2;
+  bad.train_chunk_rows = 8;
+  CHECK_THROWS_WITH(Executor(*m.graph, bad), Catch::Contains("train_shards and train_chunk_rows > 0 exclude each other"));
+  // A graph whose loss is read again in the forward cannot run on parts of its batch.
+  Graph g(4);
+  Tensor x = g.input("x", {3, 5}, DType::kF32);
+  Tensor y = g.input("y", {3}, DType::kI32);
+  Linear lin(g, "lin", 5, 4);
+  Tensor scaled = cross_entropy(lin(x), y) * 2.0f;
+  g.keep(scaled);
+  g.backward(scaled);
+  ExecutorOptions shards;
+  shards.train_shards = 2;
+  CHECK_THROWS_WITH(Executor(g, shards), Catch::Contains("train_shards needs a graph whose training step can run on parts"));
+  for (int threads : {1, 2}) {
+    ExecutorOptions o;
+    o.threads = threads;
+    o.train_shards = 2;
+    Executor ex(*m.graph, o);
+    Adam adam(ex.param_count(), {0.01f});
+    Rng rng(5);
+    std::vector<int32_t> ids, targets;
+    fill_batch(m.config, rng, 64, ids, targets);
+    load(ex, m, ids, targets);
+    for (int i = 0; i < 3; ++i) ex.train_step(&adam);  // warm-up: thread pools, arenas, scratch
+    const long before = g_allocations.load();
+    for (int i = 0; i < 25; ++i) {
+      ex.set_batch(i % 5 == 4 ? 40 : 64);  // partial batches too
+      ex.train_step(&adam);
+      ex.forward();
+    }
+    const long allocations = g_allocations.load() - before;  // before INFO, which allocates
+    INFO(threads << " threads");
+    REQUIRE(allocations == 0);
+  }
+}
+
 TEST_CASE("training in chunks only where every node allows it") {
   // A loss read again in the forward (here: scaled) is the mean of one chunk while the chunks
   // run: such a graph trains on whole batches.
