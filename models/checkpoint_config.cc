@@ -203,6 +203,7 @@ std::map<std::string, std::string> config_entries(const ModelConfig& c, const Tr
   e["sample"] = std::to_string(o.sample);
   e["data"] = o.data_path.empty() ? "generated" : o.data_path;
   if (!o.data_fingerprint.empty()) e["data_fnv1a"] = o.data_fingerprint;
+  if (o.train_shards >= 2) e["train_shards"] = std::to_string(o.train_shards);  // (the sums' order: the run's bits)
   return e;
 }
 
@@ -253,6 +254,8 @@ TrainerOptions trainer_options_from_metadata(const std::map<std::string, std::st
   }
   o.seed = static_cast<uint64_t>(int_entry_in(meta, "seed", 0, kMaxInt, path));
   o.sample = int_entry_in(meta, "sample", 0, std::max<int64_t>(o.training.val_size - 1, 0), path);
+  if (meta.count("config.train_shards"))  // absent: none (and in checkpoints older than the entry)
+    o.train_shards = static_cast<int>(int_entry_in(meta, "train_shards", 2, ExecutorOptions::kMaxTrainShards, path));
   const auto fingerprint = meta.find("config.data_fnv1a");  // absent in older checkpoints
   if (fingerprint != meta.end()) {
     const std::string& f = fingerprint->second;

@@ -36,11 +36,12 @@ std::string float_text(float v) {
 // An inference runner's parameters change only through load(): its weights-only nodes run
 // on the first call after it (see ExecutorOptions::fixed_parameters).
 ExecutorOptions runner_options(int threads, uint64_t seed, bool with_backward, Precision precision,
-                               int64_t train_chunk_rows) {
+                               int64_t train_chunk_rows, int train_shards) {
   ExecutorOptions o{threads, seed};
   o.fixed_parameters = !with_backward;
   o.precision = precision;
   o.train_chunk_rows = train_chunk_rows;
+  o.train_shards = with_backward ? train_shards : 0;
   return o;
 }
 
@@ -54,10 +55,10 @@ std::string fingerprint_text(uint64_t h) {
 }  // namespace
 
 ModelRunner::ModelRunner(const ModelConfig& config, int64_t max_batch, int threads, uint64_t seed,
-                         bool with_backward, Precision precision, int64_t train_chunk_rows) try
+                         bool with_backward, Precision precision, int64_t train_chunk_rows, int train_shards) try
     : model_(build_model(config, max_batch, with_backward)),
       executor_(std::make_unique<Executor>(
-          *model_.graph, runner_options(threads, seed, with_backward, precision, train_chunk_rows))) {
+          *model_.graph, runner_options(threads, seed, with_backward, precision, train_chunk_rows, train_shards))) {
 } catch (const MemoryError& e) {
   too_large(config, max_batch, e.what());
 } catch (const std::bad_alloc&) {
@@ -114,7 +115,7 @@ Trainer::Trainer(const ModelConfig& config, const TrainerOptions& options, TaskD
     : options_(checked(options)),
       data_(std::move(data)),
       runner_(config, max_train_batch(options_, data_), options.threads, options.seed, true, options.precision,
-              options.train_chunk_rows),
+              options.train_chunk_rows, options.train_shards),
       order_rng_(options.seed + 1),
       group_(group_of(options_)) {
   const TrainingConfig& t = options_.training;

@@ -35,6 +35,9 @@ struct TrainerOptions {
   // Batch entries per chunk of a training step (ExecutorOptions::train_chunk_rows: -1 chosen
   // by the arena's size, 0 whole batches). Chunks change only the order of sums over rows.
   int64_t train_chunk_rows = -1;
+  // Data-parallel shards of each step's batch inside the process (ExecutorOptions::
+  // train_shards; 0 or 1: off). Results depend on it (stored in checkpoints), not on threads.
+  int train_shards = 0;
   int64_t sample = 0;  // validation sequence whose attention is snapshotted
   std::string data_path;  // the .npz the data came from ("" = generated from the seed)
   // task_data_fingerprint of that file's data, 16 hex digits ("" = generated data, or a
@@ -83,7 +86,7 @@ class ModelRunner {
  public:
   // Throws Error naming the sizes when the model does not fit in memory.
   ModelRunner(const ModelConfig& config, int64_t max_batch, int threads, uint64_t seed, bool with_backward,
-              Precision precision = Precision::kF32, int64_t train_chunk_rows = -1);
+              Precision precision = Precision::kF32, int64_t train_chunk_rows = -1, int train_shards = 0);
   // Loads the parameters (and, with an Adam, its moments) from a checkpoint of this model.
   TrainingState load(const std::string& checkpoint_path, Adam* adam = nullptr,
                      const std::function<void(const TrainingState&)>& check = {});

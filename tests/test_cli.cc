@@ -212,6 +212,39 @@ TEST_CASE("resume: 2 epochs + resume to 4 equals 4 epochs, bitwise") {
   expect_usage_error("train reversal --resume '" + (dir / "half").string() + "'", "neighbor-sum", dir);
 }
 
+TEST_CASE("train --shards: the same run on 1 and 2 threads, kept by resume, close to whole batches") {
+  const fs::path dir = scratch("shards");
+  const std::string common = "train neighbor-sum --train-size 300 --val-size 40 --seed 3 --no-pictures ";
+  for (int threads : {1, 2}) {
+    const std::string run = (dir / ("t" + std::to_string(threads))).string();
+    const Result r = attnkit(common + "--epochs 4 --shards 2 --threads " + std::to_string(threads) + " --out '" + run + "'", dir);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("steps in 2 shards") != std::string::npos);
+  }
+  for (const char* f : {"model.safetensors", "loss.csv", "attention.npy"}) {
+    INFO(f);
+    CHECK(slurp(dir / "t1" / f) == slurp(dir / "t2" / f));  // bitwise: --threads never changes a shard run
+  }
+  const auto m = json_file(dir / "t2" / "metrics.json");
+  CHECK(m["train_shards"] == 2);
+  CHECK(m["train_chunk_rows"] == 0);
+  // Whole batches: the same run up to the order of the sums.
+  REQUIRE(attnkit(common + "--epochs 4 --out '" + (dir / "whole").string() + "'", dir).code == 0);
+  const auto w = json_file(dir / "whole" / "metrics.json");
+  CHECK(w["train_shards"] == 0);
+  CHECK(m["final_loss"].get<double>() == Approx(w["final_loss"].get<double>()).epsilon(1e-3));
+  // The checkpoint keeps the shard count: 2 epochs + resume to 4 is the 4-epoch run, bitwise.
+  REQUIRE(attnkit(common + "--epochs 2 --shards 2 --out '" + (dir / "half").string() + "'", dir).code == 0);
+  const Result r = attnkit("train neighbor-sum --epochs 4 --threads 2 --resume '" + (dir / "half").string() + "' --out '" +
+                               (dir / "resumed").string() + "'", dir);
+  REQUIRE(r.code == 0);
+  CHECK(slurp(dir / "t1" / "model.safetensors") == slurp(dir / "resumed" / "model.safetensors"));
+  CHECK(slurp(dir / "t1" / "loss.csv") == slurp(dir / "resumed" / "loss.csv"));
+  CHECK(json_file(dir / "resumed" / "metrics.json")["train_shards"] == 2);
+  expect_usage_error("train neighbor-sum --epochs 4 --shards 3 --resume '" + (dir / "half").string() + "'", "--shards 3 differs", dir);
+  expect_usage_error("train neighbor-sum --shards 65", "--shards", dir);
+}
+
 TEST_CASE("resume: losses loss.csv lacks are nan, numbering kept, a bare checkpoint resumes, without snapshots.npy a warning") {
   const fs::path dir = scratch("resume_missing");
   const std::string common = "train neighbor-sum --train-size 300 --val-size 40 --seed 3 --snapshot-steps 0,4,7 --no-pictures ";

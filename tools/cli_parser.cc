@@ -151,6 +151,11 @@ CommandLine::CommandLine()
                         "summed, one update: gradient accumulation); -1 (default): chunks of >= 1024 rows (256 with "
                         "--precision bf16) when the step's arena would pass 64 MB; 0: whole batches")
       ->check(integer_in(-1, 1000000));
+  train_cmd->add_option("--shards", train.shards,
+                        "Data-parallel shards of each step's batch, each run alone on a thread, their gradients "
+                        "summed in order: the same bits on any --threads (the run depends on --shards instead); "
+                        "0 or 1 (default): off")
+      ->check(integer_in(0, 64));
   train_cmd->add_option("--seq-len", train.seq_len, "Sequence length T of the generated task (default: the lesson's)")
       ->check(integer_in(2, 4096));
   train_cmd->add_option("--vocab", train.vocab, "Tokens V of the generated task (default: the lesson's)")

@@ -45,6 +45,7 @@ struct TrainArgs {
   std::string snapshot_steps, data, out, resume;
   std::string precision = "f32";  // f32 or bf16 (ExecutorOptions::precision)
   int64_t train_chunk = -1;       // ExecutorOptions::train_chunk_rows
+  int shards = 0;                 // ExecutorOptions::train_shards
   std::vector<std::string> given;
   bool has(const std::string& flag) const;
 };

@@ -353,7 +353,9 @@ RunContents train_contents(Trainer& trainer, const EarlierRun& earlier, const Tr
       {"arena_bytes", ex.plan().arena_bytes},
       {"arena_lower_bound_bytes", ex.plan().lower_bound_bytes},
       // Batch entries per chunk of a training step (ExecutorOptions::train_chunk_rows), 0: whole batches.
-      {"train_chunk_rows", ex.chunk_rows()},
+      {"train_chunk_rows", ex.train_shards() > 0 ? 0 : ex.chunk_rows()},
+      // Data-parallel shards of each step (ExecutorOptions::train_shards), 0: none.
+      {"train_shards", ex.train_shards()},
       {"param_count", ex.param_count()},
       {"batch_size", options.training.batch_size},
       {"lr", shortest_double(options.training.lr)},

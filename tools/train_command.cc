@@ -178,6 +178,7 @@ int run_train(const TrainArgs& a, Collective* group) {
     same_as_checkpoint(a, "d-model", a.d_model, config.d_model);
     same_as_checkpoint(a, "mlp", a.mlp, config.block_mlp);
     same_as_checkpoint(a, "sample", a.sample, options.sample);
+    same_as_checkpoint(a, "shards", a.shards >= 2 ? a.shards : 0, options.train_shards);
     same_as_checkpoint(a, "causal", a.causal, config.causal);
     same_as_checkpoint(a, "pre-norm", a.pre_norm, config.pre_norm);
     if (!a.has("data")) {
@@ -236,6 +237,7 @@ int run_train(const TrainArgs& a, Collective* group) {
   options.threads = a.threads;
   options.precision = parse_precision(a.precision);
   options.train_chunk_rows = a.train_chunk;
+  if (resume_checkpoint.empty()) options.train_shards = a.shards >= 2 ? a.shards : 0;  // (resuming: the checkpoint's)
   options.profile = a.profile;
   options.collective = group;
   if (options.training.batch_size % ranks != 0)
@@ -357,7 +359,9 @@ int run_train(const TrainArgs& a, Collective* group) {
                  steps_here, seconds, seconds > 0 ? static_cast<double>(steps_here) / seconds : 0.0,
                  ranks > 1 ? fmt::format("{} ranks × ", ranks) : "", options.threads, options.threads == 1 ? "" : "s",
                  ex.plan().arena_bytes, ex.plan().lower_bound_bytes,
-                 ex.chunk_rows() > 0 ? fmt::format("; steps in chunks of {} sequences", ex.chunk_rows()) : "");
+                 ex.train_shards() > 0   ? fmt::format("; steps in {} shards", ex.train_shards())
+                 : ex.chunk_rows() > 0 ? fmt::format("; steps in chunks of {} sequences", ex.chunk_rows())
+                                       : "");
       if (ranks > 1)
         fmt::print("summed {} bytes per step across the ranks, {:.3f} s of {:.2f} in the sums (rank 0)\n",
                    steps_here > 0 ? group->bytes_summed() / steps_here : 0,
