@@ -291,6 +291,10 @@ Executor::Executor(const Graph& graph, ExecutorOptions options)
   if (!graph.const_data().empty())
     std::memcpy(consts_.data(), graph.const_data().data(), graph.const_data().size() * 4);
   place_tensors();
+  for (ShardResult& r : shard_results_of_)
+    for (const Node& n : graph.nodes())
+      r.summed = r.summed || (n.op == OpKind::kCrossEntropy && !n.out.empty() && n.out[0] == r.id &&
+                              graph.tensor(r.id).dtype == DType::kF32);
   for (int k = 1; k < shards_; ++k) shard_grads_.emplace_back(graph.param_count() * 4);
   shard_results_.resize(shards_ * shard_result_bytes_);
   init_parameters(options.seed);
@@ -434,7 +438,7 @@ void Executor::place_tensors() {
         if (shards_ > 0 && at.computed && d.keep && !d.batched) {  // the loss: each shard's own, summed after
           at.shard_result_offset = shard_result_bytes_;
           shard_result_bytes_ += (d.bytes() + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
-          shard_result_tensors_.push_back(static_cast<TensorId>(t));
+          shard_results_of_.push_back({static_cast<TensorId>(t), false});
         }
         break;
       }
@@ -613,6 +617,12 @@ void Executor::run_shards(Adam* optimizer, int threads) {
   std::atomic<bool> failed{false};
   std::exception_ptr error;
   SpinBarrier barrier(threads);  // (an OpenMP barrier under OMP_WAIT_POLICY=passive sleeps at once)
+  // Profiling: shard 0's nodes (one shard's share of the batch, on whichever thread runs it),
+  // and the sum and update on thread 0 charged to the update's line.
+  const bool profile = profiling_;
+  if (profile) ++profiled_runs_;
+  double* node_seconds = node_seconds_.data();
+  using Clock = std::chrono::steady_clock;
 #pragma omp parallel num_threads(threads)
   {
     // (The runtime may give fewer threads: thread 0 then runs every shard, the same bits.)
@@ -632,7 +642,17 @@ void Executor::run_shards(Adam* optimizer, int threads) {
           if (row0 >= batch_ || failed.load(std::memory_order_relaxed)) continue;  // (an empty shard adds zeros)
           view.set_chunk(row0, std::min(rows, batch_ - row0));
           view.set_shard(grads, results);
-          for (const Node& n : nodes) op_def(n.op).run(view, n, Slice{0, 1, nullptr, bf16_});
+          if (profile && s == 0) {
+            auto t0 = Clock::now();
+            for (size_t i = 0; i < nodes.size(); ++i) {
+              op_def(nodes[i].op).run(view, nodes[i], Slice{0, 1, nullptr, bf16_});
+              const auto t1 = Clock::now();
+              node_seconds[i] += std::chrono::duration<double>(t1 - t0).count();
+              t0 = t1;
+            }
+          } else {
+            for (const Node& n : nodes) op_def(n.op).run(view, n, Slice{0, 1, nullptr, bf16_});
+          }
         }
       } catch (...) {
 #pragma omp critical(attnkit_shard_error)
@@ -640,6 +660,7 @@ void Executor::run_shards(Adam* optimizer, int threads) {
         failed.store(true);
       }
       if (nt > 1) barrier.wait();
+      const auto reduce_start = profile && t == 0 ? Clock::now() : Clock::time_point{};
       if (!failed.load()) {
         // The step's gradient: the shards' summed in shard order, element by element (so any
         // split of the elements over the threads gives the same bits), then the update of the
@@ -652,12 +673,12 @@ void Executor::run_shards(Adam* optimizer, int threads) {
           for (int64_t i = p0; i < p1; ++i) g[i] += gs[i];
         }
         if (t == 0) {  // the loss: the shards' (each its share of the whole batch's mean) in order
-          for (TensorId id : shard_result_tensors_) {
-            const Place& at = places_[static_cast<size_t>(id)];
-            const TensorDesc& d = graph_.tensor(id);
+          for (const ShardResult& result : shard_results_of_) {
+            const Place& at = places_[static_cast<size_t>(result.id)];
+            const TensorDesc& d = graph_.tensor(result.id);
             const int64_t offset = at.shard_result_offset;
             std::memcpy(at.base, shard_results_.data() + offset, static_cast<size_t>(d.bytes()));
-            if (d.dtype != DType::kF32) continue;  // (only a float loss is summed; anything else is shard 0's)
+            if (!result.summed) continue;
             float* out = reinterpret_cast<float*>(at.base);
             for (int s = 1; s < shards; ++s) {
               const float* r = reinterpret_cast<const float*>(shard_results_.data() + s * shard_result_bytes_ + offset);
@@ -666,6 +687,8 @@ void Executor::run_shards(Adam* optimizer, int threads) {
           }
         }
         if (optimizer) optimizer->update(params_.f32(), grads_.f32(), slice);
+        if (profile && t == 0)
+          node_seconds[nodes.size()] += std::chrono::duration<double>(Clock::now() - reduce_start).count();
       }
     }
   }

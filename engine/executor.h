@@ -253,11 +253,17 @@ class Executor final : public RunContext {
   std::vector<AlignedBuffer> thread_arenas_;
   int shards_ = 0;  // train_shards()
   // run_shards: the gradient blocks of shards 1, 2, ... (shard 0 uses grads_), each shard's
-  // kept unbatched results (shard_result_bytes_ each), and those results' tensors.
+  // kept unbatched results (shard_result_bytes_ each), and those results' tensors with whether
+  // the shards' values are summed (a cross-entropy's loss: each shard's share of the mean) or
+  // shard 0's taken (a result of the parameters alone, the same in every shard).
   std::vector<AlignedBuffer> shard_grads_;
   AlignedBuffer shard_results_;
   int64_t shard_result_bytes_ = 0;
-  std::vector<TensorId> shard_result_tensors_;
+  struct ShardResult {
+    TensorId id;
+    bool summed;
+  };
+  std::vector<ShardResult> shard_results_of_;
   bool parallel_ = true;
   int probe_runs_left_ = 0;
   double best_parallel_ = 0, best_serial_ = 0;  // summed seconds of the probe runs
@@ -282,7 +288,9 @@ class Executor final : public RunContext {
   // shows up on the node after it. Off by default (then nothing is
   // measured). Turning it on starts a new record, or with keep_record continues the last one
   // (e.g. to time only the training steps between evaluations); turning it off stops
-  // recording and keeps the record readable.
+  // recording and keeps the record readable. With train_shards, a step's node times are
+  // shard 0's (its share of the batch, on whichever thread ran it) and the update's line
+  // holds the shards' sum and the update.
   void set_profiling(bool on, bool keep_record = false);
   bool profiling() const { return profiling_; }
   struct NodeTime {

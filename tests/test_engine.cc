@@ -714,6 +714,29 @@ TEST_CASE("train_shards: bad settings are errors naming the option, and steady s
   ExecutorOptions shards;
   shards.train_shards = 2;
   CHECK_THROWS_WITH(Executor(g, shards), Catch::Contains("train_shards needs a graph whose training step can run on parts"));
+  {
+    // A kept result of the parameters alone is each shard's same value, not their sum; the
+    // loss is the shards' summed shares of the whole batch's mean.
+    Graph h(6);
+    Tensor hx = h.input("x", {6, 5}, DType::kF32);
+    Tensor hy = h.input("y", {6}, DType::kI32);
+    Linear hl(h, "lin", 5, 4);
+    Tensor doubled = hl.weight * 2.0f;
+    h.keep(doubled);
+    Tensor hloss = cross_entropy(hl(hx), hy);
+    h.backward(hloss);
+    ExecutorOptions whole_o, shard_o;
+    shard_o.train_shards = 3;
+    Executor whole(h, whole_o), sharded(h, shard_o);
+    REQUIRE(sharded.train_shards() == 3);
+    for (Executor* e : {&whole, &sharded}) {
+      for (int k = 0; k < 30; ++k) e->f32(hx.id())[k] = 0.1f * static_cast<float>(k % 7) - 0.3f;
+      for (int k = 0; k < 6; ++k) e->i32(hy.id())[k] = k % 4;
+      e->train_step(nullptr);
+    }
+    for (int k = 0; k < 20; ++k) CHECK(sharded.f32(doubled.id())[k] == whole.f32(doubled.id())[k]);
+    CHECK(sharded.f32(hloss.id())[0] == Approx(whole.f32(hloss.id())[0]).epsilon(1e-6));
+  }
   for (int threads : {1, 2}) {
     ExecutorOptions o;
     o.threads = threads;
@@ -734,6 +757,15 @@ TEST_CASE("train_shards: bad settings are errors naming the option, and steady s
     const long allocations = g_allocations.load() - before;  // before INFO, which allocates
     INFO(threads << " threads");
     REQUIRE(allocations == 0);
+    // Profiled: shard 0's nodes and the sum with the update, one run a step.
+    ex.set_profiling(true);
+    for (int i = 0; i < 3; ++i) ex.train_step(&adam);
+    ex.set_profiling(false);
+    CHECK(ex.profiled_runs() == 3);
+    const std::vector<Executor::NodeTime> times = ex.node_times();
+    REQUIRE(times.size() == m.graph->nodes().size() + 1);
+    CHECK(times.front().seconds > 0);
+    CHECK(times.back().seconds > 0);
   }
 }
 
