@@ -536,18 +536,29 @@ struct StepResult {
   int64_t chunk_rows;
 };
 
-StepResult chunked_step(const ModelConfig& c, int64_t batch, int64_t chunk, int threads, int64_t run_batch,
-                        const std::vector<int32_t>& ids, const std::vector<int32_t>& targets) {
-  Model m = build_model(c, batch);
+// Seed 7 on exactly `threads` threads (no adaptive choice).
+ExecutorOptions exact_threads(int threads) {
   ExecutorOptions o;
   o.threads = threads;
   o.seed = 7;
   o.adaptive_threads = false;
+  return o;
+}
+
+// The first `rows` sequences of ids and targets as the executor's batch.
+void load_rows(Executor& ex, const Model& m, const std::vector<int32_t>& ids, const std::vector<int32_t>& targets,
+               int64_t rows) {
+  const auto n = static_cast<std::ptrdiff_t>(rows * m.config.seq_len);
+  load(ex, m, std::vector<int32_t>(ids.begin(), ids.begin() + n), std::vector<int32_t>(targets.begin(), targets.begin() + n));
+}
+
+StepResult chunked_step(const ModelConfig& c, int64_t batch, int64_t chunk, int threads, int64_t run_batch,
+                        const std::vector<int32_t>& ids, const std::vector<int32_t>& targets) {
+  Model m = build_model(c, batch);
+  ExecutorOptions o = exact_threads(threads);
   o.train_chunk_rows = chunk;
   Executor ex(*m.graph, o);
-  std::vector<int32_t> i(ids.begin(), ids.begin() + run_batch * c.seq_len),
-      t(targets.begin(), targets.begin() + run_batch * c.seq_len);
-  load(ex, m, i, t);
+  load_rows(ex, m, ids, targets, run_batch);
   ex.train_step(nullptr);
   return {ex.f32(m.loss.id())[0], std::vector<float>(ex.grads(), ex.grads() + ex.param_count()), ex.chunk_rows()};
 }
@@ -637,17 +648,12 @@ struct ShardRun {
 ShardRun shard_run(const ModelConfig& c, int shards, int threads, int64_t run_batch, const std::vector<int32_t>& ids,
                    const std::vector<int32_t>& targets, int steps) {
   Model m = build_model(c, 13);
-  ExecutorOptions o;
-  o.threads = threads;
-  o.seed = 7;
-  o.adaptive_threads = false;
+  ExecutorOptions o = exact_threads(threads);
   o.train_shards = shards;
   Executor ex(*m.graph, o);
   REQUIRE(ex.train_shards() == (shards >= 2 ? shards : 0));
   Adam adam(ex.param_count(), AdamOptions{0.01f});
-  std::vector<int32_t> i(ids.begin(), ids.begin() + run_batch * c.seq_len),
-      t(targets.begin(), targets.begin() + run_batch * c.seq_len);
-  load(ex, m, i, t);
+  load_rows(ex, m, ids, targets, run_batch);
   ShardRun r;
   for (int s = 0; s < steps; ++s) {
     ex.train_step(&adam);
