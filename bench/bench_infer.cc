@@ -7,8 +7,8 @@
 //
 // Counters: seqs/s (sequences per second), time/call (the time of one forward call, printed
 // with its unit: "4.23us", "1.18ms"; seconds in the JSON output), arena_MB, chunk_rows (the
-// sequences of one chunk when the batch runs in chunks, each thread taking whole chunks; 0:
-// the whole batch in one run, threads sharing each node) and parallel (the
+// sequences of one chunk, each thread taking whole chunks: the batch itself when it fits one;
+// 0 for a graph that cannot run in chunks, its threads sharing each node) and parallel (the
 // share of calls the executor ran on more than one thread: with adaptive thread use, the
 // default, it runs on one where its probes found more threads slower; --adaptive=0 makes
 // every call take all of them). The parameters
@@ -80,7 +80,7 @@ void BM_Infer(benchmark::State& state, std::string task, int threads, int64_t ba
   // seconds / calls, printed as a time ("4.23us"): the rate formatting of an inverted rate.
   state.counters["time/call"] = benchmark::Counter(calls, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   state.counters["arena_MB"] = static_cast<double>(ex.plan().arena_bytes) / 1e6;
-  state.counters["chunk_rows"] = static_cast<double>(ex.chunk_rows());  // 0: the whole batch at once
+  state.counters["chunk_rows"] = static_cast<double>(ex.chunk_rows());  // the batch itself when it fits one chunk
   state.SetLabel(task + " batch " + std::to_string(batch) + " threads " + std::to_string(threads));
 }
 

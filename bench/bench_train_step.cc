@@ -326,7 +326,10 @@ int main(int argc, char** argv) {
         std::printf("== %s, batch %lld (%s), %d thread(s), SIMD target %s, products on %s, %zu nodes, %lld barriers "
                     "per step: ",
                     task.c_str(), static_cast<long long>(batch),
-                    (run.ex->chunk_rows() > 0 ? "in chunks of " + std::to_string(run.ex->chunk_rows()) : std::string("whole"))
+                    (run.ex->train_shards() > 0
+                         ? "in " + std::to_string(run.ex->train_shards()) + " shards (no barriers inside a shard)"
+                     : run.ex->chunk_rows() > 0 ? "in chunks of " + std::to_string(run.ex->chunk_rows())
+                                                : std::string("whole"))
                         .append(", arena " + std::to_string(run.ex->plan().arena_bytes) + " bytes")
                         .c_str(),
                     threads, simd_target_name(), products_name(), run.m.graph->nodes().size(),

@@ -186,13 +186,13 @@ constexpr int64_t kMinChunkRowsBf16 = 256;
 
 MemoryPlan Executor::make_plan(const Graph& graph, const ExecutorOptions& options) {
   const int64_t max_batch = graph.max_batch();
+  if (options.train_shards < 0 || options.train_shards > ExecutorOptions::kMaxTrainShards)
+    throw Error("executor: train_shards must be 0 (off) to " + std::to_string(ExecutorOptions::kMaxTrainShards) +
+                ", got " + std::to_string(options.train_shards));
   if (graph.has_backward()) {
     if (options.train_chunk_rows < -1)
       throw Error("executor: train_chunk_rows must be -1 (by the arena's size), 0 (whole batches) or a number of "
                   "batch entries, got " + std::to_string(options.train_chunk_rows));
-    if (options.train_shards < 0 || options.train_shards > ExecutorOptions::kMaxTrainShards)
-      throw Error("executor: train_shards must be 0 (off) to " + std::to_string(ExecutorOptions::kMaxTrainShards) +
-                  ", got " + std::to_string(options.train_shards));
     if (options.train_shards >= 2) {  // each shard's rows, planned once (see run_shards)
       if (options.train_chunk_rows > 0)
         throw Error("executor: train_shards and train_chunk_rows > 0 exclude each other (a shard is already a part of "
@@ -240,17 +240,19 @@ namespace {
 // Buffers larger than the process may have (memory_limit: physical memory, lower rlimits)
 // are refused up front: under Linux's overcommit each allocation may succeed and the process
 // then thrash or meet the OOM killer while the arena is zeroed.
-void check_memory(const MemoryPlan& plan, int64_t param_count, int64_t input_bytes) {
-  const double params = 2.0 * 4.0 * static_cast<double>(param_count);  // values and gradients
-  const double need = static_cast<double>(plan.arena_bytes) + static_cast<double>(plan.kept_bytes) + params +
-                      static_cast<double>(input_bytes);
+// extra_arenas: the arenas of threads other than the first (whole chunks or shards each);
+// shards: train_shards (each shard past the first has a gradient block of its own).
+void check_memory(const MemoryPlan& plan, int64_t param_count, int64_t input_bytes, int extra_arenas, int shards) {
+  const double params = (2.0 + std::max(0, shards - 1)) * 4.0 * static_cast<double>(param_count);  // values, gradients
+  const double arenas = (1.0 + extra_arenas) * static_cast<double>(plan.arena_bytes);
+  const double need = arenas + static_cast<double>(plan.kept_bytes) + params + static_cast<double>(input_bytes);
   const double memory = static_cast<double>(memory_limit());
   if (need <= memory) return;
   char buf[320];
   std::snprintf(buf, sizeof buf,
                 "the graph needs %.1f GB (arena %.1f GB, kept tensors %.1f GB, %lld parameters with their gradients "
                 "%.1f GB, inputs %.1f GB), more than the %.1f GB of memory this process may have",
-                need / 1e9, static_cast<double>(plan.arena_bytes) / 1e9, static_cast<double>(plan.kept_bytes) / 1e9,
+                need / 1e9, arenas / 1e9, static_cast<double>(plan.kept_bytes) / 1e9,
                 static_cast<long long>(param_count), params / 1e9, static_cast<double>(input_bytes) / 1e9,
                 memory / 1e9);
   throw MemoryError(buf);
@@ -279,9 +281,10 @@ Executor::Executor(const Graph& graph, ExecutorOptions options)
     input_offsets_[t] = bytes;
     bytes += (d.bytes() + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
   }
-  check_memory(plan_, graph.param_count(), bytes);
   chunks_per_thread_ = can_run_chunks_per_thread(graph, plan_);
   shards_ = graph.has_backward() && options.train_shards >= 2 ? options.train_shards : 0;
+  const int extra_arenas = chunks_per_thread_ || shards_ > 0 ? std::max(1, options.threads) - 1 : 0;
+  check_memory(plan_, graph.param_count(), bytes, extra_arenas, shards_);
   arena_.resize(plan_.arena_bytes);
   kept_.resize(plan_.kept_bytes);
   params_.resize(graph.param_count() * 4);
@@ -555,8 +558,9 @@ bool Executor::can_run_chunks_per_thread(const Graph& graph, const MemoryPlan& p
       for (TensorId t : *list) {
         if (t == kNoTensor) continue;
         const TensorDesc& d = graph.tensor(t);
-        const bool arena_only = d.storage == Storage::kArena && plan.kept_offsets[static_cast<size_t>(t)] < 0;
-        if (!d.batched && !arena_only) return false;
+        const bool arena_only = d.storage == Storage::kArena && plan.kept_offsets[static_cast<size_t>(t)] < 0 &&
+                                plan.first_use[static_cast<size_t>(t)] >= static_cast<int64_t>(graph.unbatched_prefix());
+        if (!d.batched && !arena_only) return false;  // (the same rule as place_tensors' chunk_offset)
         if (d.batched && d.storage != Storage::kArena) return false;
       }
   }
@@ -607,22 +611,64 @@ class Executor::ChunkView final : public RunContext {
   bool training_ = false;
 };
 
-void Executor::run_shards(Adam* optimizer, int threads) {
+namespace {
+// The first exception of a parallel region's threads, rethrown after the region (none may
+// leave it).
+struct FirstError {
+  std::exception_ptr error;
+  void capture() {  // (in a catch block)
+#pragma omp critical(attnkit_first_error)
+    if (!error) error = std::current_exception();
+  }
+  void rethrow() const {
+    if (error) std::rethrow_exception(error);
+  }
+};
+}  // namespace
+
+// A run's constant_stamp for its duration only, also when it throws.
+struct Executor::RunStamp {
+  uint64_t& stamp;
+  explicit RunStamp(uint64_t& s) : stamp(s) { stamp = next_run_stamp(); }
+  ~RunStamp() { stamp = 0; }
+};
+
+void Executor::ensure_thread_arenas(int threads) {
   while (static_cast<int>(thread_arenas_.size()) < threads - 1) thread_arenas_.emplace_back(plan_.arena_bytes);
+}
+
+void Executor::run_alone(const ChunkView& view, size_t begin, size_t end, double* node_seconds) const {
   const auto& nodes = graph_.nodes();
+  if (!node_seconds) {
+    for (size_t i = begin; i < end; ++i) op_def(nodes[i].op).run(view, nodes[i], Slice{0, 1, nullptr, bf16_});
+    return;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = begin; i < end; ++i) {
+    op_def(nodes[i].op).run(view, nodes[i], Slice{0, 1, nullptr, bf16_});
+    const auto t1 = std::chrono::steady_clock::now();
+    node_seconds[i] += std::chrono::duration<double>(t1 - t0).count();
+    t0 = t1;
+  }
+}
+
+void Executor::run_shards(Adam* optimizer, int threads) {
   const int shards = shards_;
+  threads = std::min(threads, shards);  // (more would have no shard)
+  ensure_thread_arenas(threads);
+  const RunStamp stamp(chunked_run_stamp_);  // (bf16: each weight packed once a step, as in chunks)
   const int64_t rows = (batch_ + shards - 1) / shards;
   const int64_t params = graph_.param_count();
   std::atomic<int> next{0};
   std::atomic<bool> failed{false};
-  std::exception_ptr error;
+  FirstError error;
   SpinBarrier barrier(threads);  // (an OpenMP barrier under OMP_WAIT_POLICY=passive sleeps at once)
   // Profiling: shard 0's nodes (one shard's share of the batch, on whichever thread runs it),
   // and the sum and update on thread 0 charged to the update's line.
   const bool profile = profiling_;
   if (profile) ++profiled_runs_;
-  double* node_seconds = node_seconds_.data();
-  using Clock = std::chrono::steady_clock;
+  double* node_seconds = profile ? node_seconds_.data() : nullptr;
+  const size_t update_line = graph_.nodes().size();
 #pragma omp parallel num_threads(threads)
   {
     // (The runtime may give fewer threads: thread 0 then runs every shard, the same bits.)
@@ -642,25 +688,15 @@ void Executor::run_shards(Adam* optimizer, int threads) {
           if (row0 >= batch_ || failed.load(std::memory_order_relaxed)) continue;  // (an empty shard adds zeros)
           view.set_chunk(row0, std::min(rows, batch_ - row0));
           view.set_shard(grads, results);
-          if (profile && s == 0) {
-            auto t0 = Clock::now();
-            for (size_t i = 0; i < nodes.size(); ++i) {
-              op_def(nodes[i].op).run(view, nodes[i], Slice{0, 1, nullptr, bf16_});
-              const auto t1 = Clock::now();
-              node_seconds[i] += std::chrono::duration<double>(t1 - t0).count();
-              t0 = t1;
-            }
-          } else {
-            for (const Node& n : nodes) op_def(n.op).run(view, n, Slice{0, 1, nullptr, bf16_});
-          }
+          run_alone(view, 0, update_line, s == 0 ? node_seconds : nullptr);
         }
       } catch (...) {
-#pragma omp critical(attnkit_shard_error)
-        if (!error) error = std::current_exception();
+        error.capture();
         failed.store(true);
       }
       if (nt > 1) barrier.wait();
-      const auto reduce_start = profile && t == 0 ? Clock::now() : Clock::time_point{};
+      const auto reduce_start = profile && t == 0 ? std::chrono::steady_clock::now()
+                                                  : std::chrono::steady_clock::time_point{};
       if (!failed.load()) {
         // The step's gradient: the shards' summed in shard order, element by element (so any
         // split of the elements over the threads gives the same bits), then the update of the
@@ -688,28 +724,27 @@ void Executor::run_shards(Adam* optimizer, int threads) {
         }
         if (optimizer) optimizer->update(params_.f32(), grads_.f32(), slice);
         if (profile && t == 0)
-          node_seconds[nodes.size()] += std::chrono::duration<double>(Clock::now() - reduce_start).count();
+          node_seconds[update_line] += std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_start).count();
       }
     }
   }
-  if (error) std::rethrow_exception(error);
+  error.rethrow();
 }
 
 void Executor::run_chunks_per_thread(size_t begin, size_t end, int threads) {
-  while (static_cast<int>(thread_arenas_.size()) < threads - 1) thread_arenas_.emplace_back(plan_.arena_bytes);
-  struct Stamp {  // the run's constant_stamp for its duration only, also when it throws
-    uint64_t& stamp;
-    ~Stamp() { stamp = 0; }
-  } stamp{chunked_run_stamp_};
-  chunked_run_stamp_ = next_run_stamp();
-  const auto& nodes = graph_.nodes();
-  // As many chunks as the plan's rows need, rounded up to a multiple of the threads, of equal
-  // rows (the arena holds plan_.rows; fewer fit): 500 rows at 152 a chunk on two threads run
-  // as 4 × 125, not 3 × 152 + 44 (304 rows on one thread, 196 on the other).
-  const int64_t chunks = ((batch_ + plan_.rows - 1) / plan_.rows + threads - 1) / threads * threads;
-  const int64_t rows = (batch_ + chunks - 1) / chunks;
+  // As many chunks as the plan's rows need, in float32 rounded up to a multiple of the threads,
+  // of equal rows (the arena holds plan_.rows; fewer fit): 500 rows at 152 a chunk on two
+  // threads run as 4 × 125, not 3 × 152 + 44 (304 rows on one thread, 196 on the other). In
+  // bf16 a product's kernel depends on its rows (bf16_product_worth), so the chunks stay the
+  // plan's, as one thread runs them: the same bits on any thread count.
+  int64_t chunks = (batch_ + plan_.rows - 1) / plan_.rows;
+  if (!bf16_) chunks = (chunks + threads - 1) / threads * threads;
+  const int64_t rows = bf16_ ? plan_.rows : (batch_ + chunks - 1) / chunks;
+  threads = static_cast<int>(std::min<int64_t>(threads, (batch_ + rows - 1) / rows));  // (none without a chunk)
+  ensure_thread_arenas(threads);
+  const RunStamp stamp(chunked_run_stamp_);
   std::atomic<int64_t> next{0};
-  std::exception_ptr error;
+  FirstError error;
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num();
@@ -720,15 +755,14 @@ void Executor::run_chunks_per_thread(size_t begin, size_t end, int threads) {
            c = next.fetch_add(1, std::memory_order_relaxed)) {
         if (c * rows >= batch_) break;  // (rounding up can leave the last chunks empty)
         view.set_chunk(c * rows, std::min(rows, batch_ - c * rows));
-        for (size_t i = begin; i < end; ++i) op_def(nodes[i].op).run(view, nodes[i], Slice{0, 1, nullptr, bf16_});
+        run_alone(view, begin, end, nullptr);
       }
     } catch (...) {
-#pragma omp critical(attnkit_chunk_error)
-      if (!error) error = std::current_exception();
+      error.capture();
       next.store(chunks, std::memory_order_relaxed);  // the others stop after their chunk
     }
   }
-  if (error) std::rethrow_exception(error);
+  error.rethrow();
 }
 
 uint64_t Executor::constant_stamp(TensorId id) const {
@@ -755,7 +789,9 @@ void Executor::forward() {
     const bool run_prefix = prefix > 0 && !(fixed_parameters_ && prefix_current_);
     if (run_prefix) run_nodes(0, prefix, nullptr, threads);
     prefix_current_ = true;
-    if (threads > 1 && chunks_per_thread_ && !profiling_ && batch_ > 1) {  // (profiling times shared nodes)
+    // (Profiling times the nodes of shared chunks; bf16 keeps a batch of one chunk whole, see
+    // run_chunks_per_thread.)
+    if (threads > 1 && chunks_per_thread_ && !profiling_ && batch_ > 1 && (!bf16_ || batch_ > plan_.rows)) {
       run_chunks_per_thread(prefix, graph_.forward_nodes(), threads);
     } else {
       run_chunks([&] {

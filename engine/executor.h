@@ -186,6 +186,12 @@ class Executor final : public RunContext {
   // chunk and running it alone (Slice{0, 1}) in its own arena (chunks_per_thread()).
   void run_chunks_per_thread(size_t begin, size_t end, int threads);
   class ChunkView;  // a thread's RunContext in run_chunks_per_thread and run_shards
+  struct RunStamp;  // sets constant_stamp for one run
+  // Arenas for threads 1 .. threads - 1 (made on first use, kept).
+  void ensure_thread_arenas(int threads);
+  // Nodes [begin, end) on this thread alone (Slice{0, 1}) through view; node_seconds: each
+  // node's time added to it (profiling), or null.
+  void run_alone(const ChunkView& view, size_t begin, size_t end, double* node_seconds) const;
   // A training step's forward and backward nodes once per shard (train_shards), `threads`
   // threads each taking the next shard, then the shards' gradients and losses summed in shard
   // order into the executor's own, then (optimizer given) the update.

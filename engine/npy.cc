@@ -362,7 +362,7 @@ std::vector<Out> to_integer(const NpyArray& a, const std::string& what, const ch
     throw FileError(what + ": dtype " + quote(a.descr) + " is floating point, expected integers");
   std::vector<Out> out = conversion_output<Out>(a, what, target);
   const Dtype t = parse_descr(a.descr, what);
-  if (t.kind == 'i' && t.itemsize == sizeof(Out) && std::is_signed_v<Out> &&
+  if (t.kind == 'i' && t.itemsize == sizeof(Out) &&  // (Out is int32_t or int64_t)
       a.bytes.size() == out.size() * sizeof(Out)) {  // the same type, little-endian on both sides: a copy
     if (!out.empty()) std::memcpy(out.data(), a.bytes.data(), a.bytes.size());
     return out;

@@ -275,6 +275,27 @@ TEST_CASE("large batches run in chunks of rows with the whole batch's results an
   }
 }
 
+TEST_CASE("bf16 inference in chunks: the same bits on one thread and two, small batches too") {
+  // A product's kernel depends on its rows in bf16 (16 at least), so two threads keep the
+  // chunks one thread runs instead of cutting a small batch in two.
+  for (const attnkit::ModelConfig& c : inference_configs()) {
+    INFO(c.task << " layers " << c.layers);
+    const int64_t n = 700;
+    const attnkit::Model m = attnkit::build_model(c, n, /*with_backward=*/false);
+    attnkit::ExecutorOptions one{1, 5}, two{2, 5};
+    one.precision = two.precision = attnkit::Precision::kBf16;
+    two.adaptive_threads = false;
+    attnkit::Executor a(*m.graph, one), b(*m.graph, two);
+    REQUIRE(b.chunks_per_thread());
+    INFO("bf16 products: " << a.bf16_products());
+    const std::vector<int32_t> x = random_tokens(c, n, 41);
+    for (int64_t rows : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, b.chunk_rows() + 1, n}) {
+      INFO("batch " << rows);
+      CHECK(run_forward(b, m, x, rows) == run_forward(a, m, x, rows));
+    }
+  }
+}
+
 TEST_CASE("infer --data: npz and npy in, predictions logits attention rollout and metrics out, accuracy as eval") {
   const fs::path dir = scratch("formats");
   std::vector<int32_t> x, y;

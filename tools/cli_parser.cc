@@ -10,6 +10,8 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include "engine/executor.h"  // ExecutorOptions::kMaxTrainShards
 #include <fmt/core.h>
 
 #include "models/task_names.h"
@@ -155,7 +157,7 @@ CommandLine::CommandLine()
                         "Data-parallel shards of each step's batch, each run alone on a thread, their gradients "
                         "summed in order: the same bits on any --threads (the run depends on --shards instead); "
                         "0 or 1 (default): off")
-      ->check(integer_in(0, 64));
+      ->check(integer_in(0, attnkit::ExecutorOptions::kMaxTrainShards));
   train_cmd->add_option("--seq-len", train.seq_len, "Sequence length T of the generated task (default: the lesson's)")
       ->check(integer_in(2, 4096));
   train_cmd->add_option("--vocab", train.vocab, "Tokens V of the generated task (default: the lesson's)")
