@@ -109,7 +109,8 @@ class Executor final : public RunContext {
   int64_t chunk_rows() const { return plan_.rows; }
   // Whether a forward() of more than one sequence on several threads gives each thread whole
   // chunks (its own arena, no barriers: see run_chunks_per_thread; a batch of one chunk or
-  // less is cut in as many chunks as threads) instead of a share of every node of every
+  // less is cut in as many chunks as threads, except in bf16, whose products' kernels depend
+  // on their rows: there the plan's chunks, uncut) instead of a share of every node of every
   // chunk: an inference graph planned in chunks whose nodes after the weights-only prefix
   // write batched rows or arena scratch only. Results are the same bits.
   bool chunks_per_thread() const { return chunks_per_thread_; }
