@@ -71,7 +71,7 @@ int64_t CurrentTarget() { return HWY_TARGET; }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include <cblas.h>
+#include <dlfcn.h>
 #include <omp.h>
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #include <cpuid.h>
@@ -83,6 +83,9 @@ HWY_AFTER_NAMESPACE();
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
 
 namespace attnkit {
 HWY_EXPORT(GemmProductsTarget);
@@ -119,6 +122,17 @@ namespace {
 using gemm_detail::GemmArgs;
 
 std::atomic<GemmBackend> g_backend{GemmBackend::kAttnkit};
+
+// OpenBLAS's cblas_sgemm, loaded by load_openblas (the library does not link OpenBLAS: only the
+// comparison backend wants it, and a linked OpenBLAS starts its thread pool in every program).
+// The enum values are CBLAS's own, fixed by the interface.
+using CblasSgemm = void (*)(int order, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                            const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                            int ldc);
+constexpr int kCblasRowMajor = 101, kCblasNoTrans = 111, kCblasTrans = 112;
+std::atomic<CblasSgemm> g_cblas_sgemm{nullptr};
+std::mutex g_openblas_mutex;
+std::string g_openblas_name;  // the library g_cblas_sgemm came from
 
 // Product timing (see set_gemm_timing): only the outermost product call of a thread counts,
 // so that sgemm → sgemm_slice → sgemm_epilogue_slice is timed once.
@@ -204,10 +218,12 @@ void add_bias_rows(const GemmArgs& g, int64_t i0, int64_t i1) {
 void openblas_rows(const GemmArgs& g, int64_t i0, int64_t i1) {
   if (i0 >= i1) return;
   const float* a = g.a + (g.trans_a ? i0 : i0 * g.lda);
-  cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans,
-              g.trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(i1 - i0),
-              static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, a, static_cast<int>(g.lda),
-              g.b, static_cast<int>(g.ldb), g.beta, g.c + i0 * g.ldc, static_cast<int>(g.ldc));
+  // set_gemm_backend(kOpenBLAS) loaded it: the backend is never OpenBLAS without it.
+  const CblasSgemm sgemm_fn = g_cblas_sgemm.load(std::memory_order_acquire);
+  sgemm_fn(kCblasRowMajor, g.trans_a ? kCblasTrans : kCblasNoTrans,
+           g.trans_b ? kCblasTrans : kCblasNoTrans, static_cast<int>(i1 - i0),
+           static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, a, static_cast<int>(g.lda), g.b,
+           static_cast<int>(g.ldb), g.beta, g.c + i0 * g.ldc, static_cast<int>(g.ldc));
 }
 
 // Rows [i0, i1) of products [p0, p1) of a batch.
@@ -428,7 +444,37 @@ void sgemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int
   }
 }
 
-void set_gemm_backend(GemmBackend backend) { g_backend.store(backend); }
+void load_openblas(const std::string& library) {
+  std::string name = library;
+  if (name.empty()) {
+    const char* env = std::getenv("ATTNKIT_OPENBLAS");
+    name = env && *env ? env : "libopenblas.so.0";
+  }
+  const std::lock_guard<std::mutex> lock(g_openblas_mutex);
+  if (name == g_openblas_name && g_cblas_sgemm.load()) return;
+  // RTLD_LOCAL: OpenBLAS's symbols stay out of the program's namespace (a program that links
+  // OpenBLAS itself gets the same, already loaded, library back).
+  void* handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    const char* why = dlerror();
+    throw std::runtime_error("OpenBLAS backend: cannot load " + name + ": " +
+                             (why ? why : "unknown reason") +
+                             " (Debian: libopenblas0; or set ATTNKIT_OPENBLAS to its file)");
+  }
+  void* symbol = dlsym(handle, "cblas_sgemm");
+  if (!symbol) {
+    dlclose(handle);
+    throw std::runtime_error("OpenBLAS backend: " + name + " has no cblas_sgemm");
+  }
+  // The handle stays open for the process's life: products may be running on the old one.
+  g_cblas_sgemm.store(reinterpret_cast<CblasSgemm>(symbol), std::memory_order_release);
+  g_openblas_name = name;
+}
+
+void set_gemm_backend(GemmBackend backend) {
+  if (backend == GemmBackend::kOpenBLAS) load_openblas();  // throws, backend unchanged
+  g_backend.store(backend);
+}
 void set_gemm_timing(bool on) { g_timing.store(on); }
 GemmTiming gemm_timing() { return {g_timed_ns.load(), g_timed_calls.load()}; }
 void reset_gemm_timing() {

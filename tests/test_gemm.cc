@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -705,6 +706,27 @@ TEST_CASE("the OpenBLAS backend gives the same products", "[gemm]") {
       }
     }
   }
+}
+
+TEST_CASE("the OpenBLAS backend names a library it cannot load and keeps the backend", "[gemm]") {
+  using Catch::Matchers::Contains;
+  attnkit::set_gemm_backend(attnkit::GemmBackend::kAttnkit);
+  REQUIRE_THROWS_WITH(attnkit::load_openblas("/nonexistent/libopenblas.so.0"),
+                      Contains("cannot load /nonexistent/libopenblas.so.0"));
+  // A library that loads but is no BLAS (zlib: every test links it through the library).
+  REQUIRE_THROWS_WITH(attnkit::load_openblas("libz.so.1"), Contains("libz.so.1 has no cblas_sgemm"));
+  // set_gemm_backend loads $ATTNKIT_OPENBLAS; on failure the backend stays attnkit's.
+  REQUIRE(setenv("ATTNKIT_OPENBLAS", "/nonexistent/openblas.so", 1) == 0);
+  REQUIRE_THROWS_WITH(attnkit::set_gemm_backend(attnkit::GemmBackend::kOpenBLAS),
+                      Contains("/nonexistent/openblas.so"));
+  REQUIRE(attnkit::gemm_backend() == attnkit::GemmBackend::kAttnkit);
+  REQUIRE(unsetenv("ATTNKIT_OPENBLAS") == 0);
+  // Products still run on attnkit's kernels, and the default library loads afterwards.
+  const Problem p = make_problem(false, true, 7, 9, 5, 1.0f, 0.5f, 1, 3);
+  check_against_reference(p, run_sgemm(p));
+  BackendGuard guard(attnkit::GemmBackend::kOpenBLAS);
+  REQUIRE(attnkit::gemm_backend() == attnkit::GemmBackend::kOpenBLAS);
+  check_against_reference(p, run_sgemm(p));
 }
 
 TEST_CASE("simd_target_name names the best supported target", "[gemm]") {
