@@ -51,7 +51,7 @@
 #include "../ops/gemm_bf16.h"
 #include "../examples/lesson003_attention.h"
 #include "../models/lessons.h"
-#include "../tools/passive_openmp.h"
+#include "../tools/program_env.h"
 #include "bench_flags.h"
 #include "simd_context.h"
 
@@ -297,9 +297,12 @@ int main(int argc, char** argv) {
       ++i;
     }
   }
-  // Idle OpenMP workers sleep between runs, as in the attnkit program (see tools/passive_openmp.h).
+  // Idle OpenMP workers sleep between runs, as in the attnkit program (see tools/program_env.h).
+  // Not huge pages: steady-state steps take no page faults, and the figures stay comparable
+  // with those measured before the program asked for them.
   if (!thread_counts.empty())
-    prefer_passive_openmp(*std::max_element(thread_counts.begin(), thread_counts.end()), original_argv.data());
+    prefer_program_environment(*std::max_element(thread_counts.begin(), thread_counts.end()),
+                               original_argv.data(), /*hugepages=*/false);
   for (const auto& task : models) {
     try {
       (void)lesson_config(base_task(task));

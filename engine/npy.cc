@@ -334,9 +334,11 @@ void visit_values(const NpyArray& a, const std::string& what, const char* target
 // The zeroed output of a conversion to Out; memory that cannot be had for it is a FileError
 // naming the array and the bytes asked for, not a bare std::bad_alloc.
 template <typename Out>
-std::vector<Out> conversion_output(const NpyArray& a, const std::string& what, const char* target) {
+std::vector<Out> conversion_output(const NpyArray& a, const std::string& what, const char* target,
+                                   const Out* copy_of = nullptr) {
   const int64_t n = a.numel();
   try {
+    if (copy_of) return std::vector<Out>(copy_of, copy_of + n);
     return std::vector<Out>(static_cast<size_t>(n));
   } catch (const std::bad_alloc&) {
   } catch (const std::length_error&) {
@@ -360,13 +362,15 @@ template <typename Out>
 std::vector<Out> to_integer(const NpyArray& a, const std::string& what, const char* target) {
   if (a.kind() == 'f')
     throw FileError(what + ": dtype " + quote(a.descr) + " is floating point, expected integers");
-  std::vector<Out> out = conversion_output<Out>(a, what, target);
   const Dtype t = parse_descr(a.descr, what);
   if (t.kind == 'i' && t.itemsize == sizeof(Out) &&  // (Out is int32_t or int64_t)
-      a.bytes.size() == out.size() * sizeof(Out)) {  // the same type, little-endian on both sides: a copy
-    if (!out.empty()) std::memcpy(out.data(), a.bytes.data(), a.bytes.size());
-    return out;
+      a.bytes.size() == static_cast<uint64_t>(a.numel()) * sizeof(Out)) {
+    // The same type, little-endian on both sides: a copy, made as the output is allocated
+    // (no zero-fill first).
+    const Out* first = reinterpret_cast<const Out*>(a.bytes.data());
+    return conversion_output<Out>(a, what, target, first);
   }
+  std::vector<Out> out = conversion_output<Out>(a, what, target);
   bool is_bool = a.kind() == 'b';
   visit_values(a, what, target, [&](auto v, int64_t i) {
     using T = decltype(v);
@@ -461,13 +465,44 @@ NpyArray parse_npy(std::vector<uint8_t>&& image, const std::string& what) {
   return a;
 }
 
+namespace {
+
+// A .npy file's preamble and header (parse_npy_header checks them): its first 4 KiB, or as much
+// as the header length in the preamble says when that is more (numpy writes headers of 128
+// bytes; a few columns of a structured dtype can take more).
+std::vector<uint8_t> read_npy_head(const std::string& path, uint64_t* total) {
+  std::vector<uint8_t> head = read_file_range(path, 0, 4096, total);
+  if (head.size() >= 12 && std::memcmp(head.data(), kNpyMagic, kNpyMagicLen) == 0) {
+    const bool v1 = head[6] == 1;
+    const uint64_t want = v1 ? 10 + uint64_t{load_le<uint16_t>(head.data() + 8)}
+                             : 12 + uint64_t{load_le<uint32_t>(head.data() + 8)};
+    if (want > head.size() && head.size() < *total)
+      head = read_file_range(path, 0, std::min<uint64_t>(want, 12 + kMaxNpyHeader));
+  }
+  return head;
+}
+
+}  // namespace
+
 NpyArray read_npy(const std::string& path) {
-  return parse_npy(read_file(path), path);  // the file's buffer becomes the array's: one copy of the data in memory
+  // The header, then the data read straight into the array's buffer: one copy in memory, not
+  // moved down over the header afterwards.
+  uint64_t total = 0;
+  const std::vector<uint8_t> head = read_npy_head(path, &total);
+  const NpyHeader h = parse_npy_header(head.data(), head.size(), path, total);
+  NpyArray a;
+  a.descr = h.descr;
+  a.shape = h.shape;
+  a.bytes = read_file_range(path, h.data_offset, h.data_bytes);
+  if (a.bytes.size() != h.data_bytes)
+    throw FileError(path + ": file shrank while reading (" + std::to_string(a.bytes.size()) + " of " +
+                    std::to_string(h.data_bytes) + " bytes of data)");
+  return a;
 }
 
 NpyArray read_npy_entry(const std::string& path, int64_t index, int64_t* entries) {
   uint64_t total = 0;
-  const std::vector<uint8_t> head = read_file_range(path, 0, 12 + kMaxNpyHeader, &total);
+  const std::vector<uint8_t> head = read_npy_head(path, &total);
   const NpyHeader h = parse_npy_header(head.data(), head.size(), path, total);
   if (h.shape.empty()) throw FileError(path + ": a 0-d array has no entries along a first axis");
   const int64_t n = h.shape[0];

@@ -238,8 +238,6 @@ Dataset load_sequences(const std::string& path, const ModelConfig& c, const std:
       throw FileError(path + ": '" + xs + "' is [" + std::to_string(xshape[0]) + ", " + std::to_string(xshape[1]) +
                       "] but '" + ys + "' is [" + std::to_string(yshape[0]) + ", " + std::to_string(yshape[1]) +
                       "]; they must have the same shape");
-  } else {
-    d.y.assign(d.x.size(), -1);
   }
   validate_against(d, c, xname, xname, path + ": '" + ys + "'", config_source);
   return d;

@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 
 #include "tools/cli_parser.h"
+#include "tools/program_env.h"
 
 namespace {
 
@@ -152,4 +153,27 @@ TEST_CASE("cli parser: comma-separated index lists of --snapshot-steps and --att
       CHECK(std::string(e.what()) == std::string("bad list ") + text);
     }
   }
+}
+
+TEST_CASE("the program's environment: passive OpenMP workers and huge pages, never the user's own settings",
+          "[cli]") {
+  using attnkit::EnvSetting;
+  using attnkit::preferred_environment;
+  const EnvSetting passive{"OMP_WAIT_POLICY", "PASSIVE"};
+  const EnvSetting huge{"GLIBC_TUNABLES", "glibc.malloc.hugetlb=1"};
+  // One thread: no restart, for huge pages neither.
+  CHECK(preferred_environment(1, nullptr, nullptr, false).empty());
+  CHECK(preferred_environment(1, nullptr, nullptr, true).empty());
+  CHECK(preferred_environment(2, nullptr, nullptr, false) == std::vector<EnvSetting>{passive});
+  CHECK(preferred_environment(2, nullptr, nullptr, true) == std::vector<EnvSetting>{passive, huge});
+  // The user's OMP_WAIT_POLICY, even ACTIVE or empty, stays, and nothing restarts the program.
+  CHECK(preferred_environment(2, "ACTIVE", nullptr, true).empty());
+  CHECK(preferred_environment(2, "", nullptr, true).empty());
+  // Other tunables are kept and the setting appended; a hugetlb of the user's (even 0) stays.
+  CHECK(preferred_environment(3, nullptr, "glibc.malloc.arena_max=2", true) ==
+        std::vector<EnvSetting>{passive, {"GLIBC_TUNABLES", "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"}});
+  CHECK(preferred_environment(2, nullptr, "", true) == std::vector<EnvSetting>{passive, huge});
+  CHECK(preferred_environment(2, nullptr, "glibc.malloc.hugetlb=0", true) == std::vector<EnvSetting>{passive});
+  // After the restart nothing is left to set: the program starts once more at most.
+  CHECK(preferred_environment(4, "PASSIVE", "glibc.malloc.hugetlb=1", true).empty());
 }

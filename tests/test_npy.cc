@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "engine/error.h"
@@ -162,6 +163,40 @@ TEST_CASE(".npy versions 1.0, 2.0 and 3.0, 1-d Fortran order and trailing bytes"
   }
   NpyArray f = read_npy(fixture("ok_fortran_1d.npy"));
   CHECK(to_int32(f, "f") == std::vector<int32_t>{0, 1, 2});
+}
+
+TEST_CASE(".npy headers longer than the first read (4 KiB) read whole, by read_npy and read_npy_entry", "[npy]") {
+  TempDir dir;
+  // numpy pads its headers with spaces; these are padded to 6000 (version 1.0) and 70 000
+  // bytes (2.0, a 4-byte length), past what read_npy reads first.
+  for (const auto& [major, pad] : {std::pair<int, size_t>{1, 6000}, {2, 70000}}) {
+    INFO("version " << major << ", header " << pad);
+    std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': (3, 2), }";
+    const size_t prefix = major == 1 ? 10 : 12;
+    header.append(pad - header.size() - prefix - 1, ' ');
+    header += '\n';
+    std::vector<uint8_t> raw = {0x93, 'N', 'U', 'M', 'P', 'Y', static_cast<uint8_t>(major), 0};
+    const uint32_t len = static_cast<uint32_t>(header.size());
+    for (size_t b = 0; b < prefix - 8; ++b) raw.push_back(static_cast<uint8_t>(len >> (8 * b)));
+    raw.insert(raw.end(), header.begin(), header.end());
+    const std::vector<int32_t> values = {-7, 0, 1, 2, INT32_MAX, INT32_MIN};
+    const auto* bytes = reinterpret_cast<const uint8_t*>(values.data());
+    raw.insert(raw.end(), bytes, bytes + sizeof(int32_t) * values.size());
+    const std::string path = dir / "long_header.npy";
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(raw.data()), raw.size());
+    NpyArray a = read_npy(path);
+    CHECK(a.shape == std::vector<int64_t>{3, 2});
+    CHECK(to_int32(a, "a") == values);
+    CHECK(to_int64(a, "a") == std::vector<int64_t>(values.begin(), values.end()));
+    int64_t entries = 0;
+    CHECK(to_int32(read_npy_entry(path, 2, &entries), "e") == std::vector<int32_t>{INT32_MAX, INT32_MIN});
+    CHECK(entries == 3);
+    // Cut inside the header, and inside the data: errors naming the file.
+    for (size_t keep : {pad - 10, raw.size() - 3}) {
+      std::ofstream(path, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(raw.data()), keep);
+      CHECK_THROWS_AS(read_npy(path), attnkit::FileError);
+    }
+  }
 }
 
 // ---- writing -------------------------------------------------------------------------------

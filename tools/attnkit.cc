@@ -22,7 +22,7 @@
 #include "tools/cli_parser.h"
 #include "tools/commands.h"
 #include "tools/mpi_collective.h"
-#include "tools/passive_openmp.h"
+#include "tools/program_env.h"
 
 namespace {
 
@@ -167,9 +167,10 @@ int main(int argc, char** argv) {
   }
 
   const ParsedArgs& a = command_line.args();
-  if (a.command == Command::kTrain) attnkit::prefer_passive_openmp(a.train.threads, argv);
-  if (a.command == Command::kEval) attnkit::prefer_passive_openmp(a.eval.threads, argv);
-  if (a.command == Command::kInfer) attnkit::prefer_passive_openmp(a.infer.threads, argv);
+  // (OMP_WAIT_POLICY, huge pages: see tools/program_env.h; render, rollout and demo are short.)
+  if (a.command == Command::kTrain) attnkit::prefer_program_environment(a.train.threads, argv);
+  if (a.command == Command::kEval) attnkit::prefer_program_environment(a.eval.threads, argv);
+  if (a.command == Command::kInfer) attnkit::prefer_program_environment(a.infer.threads, argv);
 #ifdef ATTNKIT_HAVE_MPI
   if (attnkit::launched_by_mpi()) return run_in_group(a, argc, argv);
 #else

@@ -133,7 +133,7 @@ int run_infer_data(const InferArgs& a) {
       const Prediction& r = p.predict(d.tokens(start), n);
       predictions.append(r.predictions, n * T);
       if (logits) logits->append(r.logits, n * T * C);
-      for (int64_t i = 0; i < n * T; ++i) {
+      for (int64_t i = 0; i < n * T && has_targets; ++i) {
         const int32_t y = d.y[static_cast<size_t>(start * T + i)];
         if (y < 0) continue;
         ++acc.total;

@@ -463,8 +463,10 @@ int run_eval(const EvalArgs& a) {
   if (!a.data.empty()) {
     bool has_targets = false;
     d = load_sequences(a.data, m.config, "the checkpoint " + path, &has_targets);
-    if (!has_targets)  // tokens alone: scored against the task's own rule
+    if (!has_targets) {  // tokens alone: scored against the task's own rule
+      d.y.resize(d.x.size());
       for (int64_t i = 0; i < d.size; ++i) task_targets(m.config, d.tokens(i), d.y.data() + i * d.seq_len);
+    }
     source = a.data + (has_targets ? "" : " (targets from the task's rule)");
   } else {
     // seed + 1000 kept within the seeds --seed takes, [0, 2^63 − 1] (wrapping past the top),
