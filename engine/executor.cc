@@ -420,7 +420,6 @@ void Executor::init_parameters(uint64_t seed) {
 
 void Executor::place_tensors() {
   const size_t n = graph_.tensors().size();
-  const int64_t prefix = static_cast<int64_t>(graph_.unbatched_prefix());
   places_.assign(n, Place{});
   for (size_t t = 0; t < n; ++t) {
     const TensorDesc& d = graph_.tensors()[t];
@@ -434,7 +433,7 @@ void Executor::place_tensors() {
           at.base = kept_.data() + kept, at.row_bytes = row_bytes;
         } else if (plan_.offsets[t] >= 0) {
           at.base = arena_.data() + plan_.offsets[t];
-          if ((chunks_per_thread_ && plan_.first_use[t] >= prefix) || shards_ > 0) at.chunk_offset = plan_.offsets[t];
+          if ((chunks_per_thread_ && in_thread_arena(graph_, plan_, t)) || shards_ > 0) at.chunk_offset = plan_.offsets[t];
         } else {
           at.computed = false;  // no node of the (optimized) graph touches it
         }
@@ -467,12 +466,14 @@ float* Executor::f32(TensorId id) const { return static_cast<float*>(ptr(id)); }
 int32_t* Executor::i32(TensorId id) const { return static_cast<int32_t*>(ptr(id)); }
 uint8_t* Executor::u8(TensorId id) const { return static_cast<uint8_t*>(ptr(id)); }
 
-Shape Executor::shape(TensorId id) const {
+Shape Executor::shape_at(TensorId id, int64_t rows) const {
   const TensorDesc& d = graph_.tensor(id);
   Shape s = d.shape;
-  if (d.batched) s.dims[0] = rows_now_;
+  if (d.batched) s.dims[0] = rows;
   return s;
 }
+
+Shape Executor::shape(TensorId id) const { return shape_at(id, rows_now_); }
 
 std::vector<Executor::IdCheck> Executor::find_id_checks(const Graph& graph) {
   std::vector<IdCheck> checks;
@@ -547,6 +548,11 @@ void Executor::run_chunks(Run run) {
   }
 }
 
+bool Executor::in_thread_arena(const Graph& graph, const MemoryPlan& plan, size_t t) {
+  return graph.tensors()[t].storage == Storage::kArena && plan.kept_offsets[t] < 0 && plan.offsets[t] >= 0 &&
+         plan.first_use[t] >= static_cast<int64_t>(graph.unbatched_prefix());
+}
+
 bool Executor::can_run_chunks_per_thread(const Graph& graph, const MemoryPlan& plan) {
   if (graph.has_backward() || plan.rows <= 0) return false;
   // After the prefix every write must be private to a chunk: batched rows (the chunk's own,
@@ -558,9 +564,7 @@ bool Executor::can_run_chunks_per_thread(const Graph& graph, const MemoryPlan& p
       for (TensorId t : *list) {
         if (t == kNoTensor) continue;
         const TensorDesc& d = graph.tensor(t);
-        const bool arena_only = d.storage == Storage::kArena && plan.kept_offsets[static_cast<size_t>(t)] < 0 &&
-                                plan.first_use[static_cast<size_t>(t)] >= static_cast<int64_t>(graph.unbatched_prefix());
-        if (!d.batched && !arena_only) return false;  // (the same rule as place_tensors' chunk_offset)
+        if (!d.batched && !in_thread_arena(graph, plan, static_cast<size_t>(t))) return false;
         if (d.batched && d.storage != Storage::kArena) return false;
       }
   }
@@ -582,12 +586,7 @@ class Executor::ChunkView final : public RunContext {
   float* f32(TensorId id) const override { return static_cast<float*>(ptr(id)); }
   int32_t* i32(TensorId id) const override { return static_cast<int32_t*>(ptr(id)); }
   uint8_t* u8(TensorId id) const override { return static_cast<uint8_t*>(ptr(id)); }
-  Shape shape(TensorId id) const override {
-    const TensorDesc& d = ex_.graph_.tensor(id);
-    Shape s = d.shape;
-    if (d.batched) s.dims[0] = rows_;
-    return s;
-  }
+  Shape shape(TensorId id) const override { return ex_.shape_at(id, rows_); }
   int64_t batch() const override { return rows_; }
   int64_t chunk_first_row() const override { return row0_; }
   int64_t whole_batch() const override { return ex_.batch_; }
@@ -612,6 +611,24 @@ class Executor::ChunkView final : public RunContext {
 };
 
 namespace {
+// Profiling's node times: lap(line) adds the time since the last lap (or since made) to
+// seconds[line]. Made with null seconds it reads no clock.
+class NodeClock {
+ public:
+  explicit NodeClock(double* seconds)
+      : seconds_(seconds), t0_(seconds ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{}) {}
+  void lap(size_t line) {
+    if (!seconds_) return;
+    const auto t1 = std::chrono::steady_clock::now();
+    seconds_[line] += std::chrono::duration<double>(t1 - t0_).count();
+    t0_ = t1;
+  }
+
+ private:
+  double* seconds_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
 // The first exception of a parallel region's threads, rethrown after the region (none may
 // leave it).
 struct FirstError {
@@ -637,18 +654,16 @@ void Executor::ensure_thread_arenas(int threads) {
   while (static_cast<int>(thread_arenas_.size()) < threads - 1) thread_arenas_.emplace_back(plan_.arena_bytes);
 }
 
+uint8_t* Executor::arena_of(int t) {
+  return t == 0 ? arena_.data() : thread_arenas_[static_cast<size_t>(t - 1)].data();
+}
+
 void Executor::run_alone(const ChunkView& view, size_t begin, size_t end, double* node_seconds) const {
   const auto& nodes = graph_.nodes();
-  if (!node_seconds) {
-    for (size_t i = begin; i < end; ++i) op_def(nodes[i].op).run(view, nodes[i], Slice{0, 1, nullptr, bf16_});
-    return;
-  }
-  auto t0 = std::chrono::steady_clock::now();
+  NodeClock clock(node_seconds);
   for (size_t i = begin; i < end; ++i) {
     op_def(nodes[i].op).run(view, nodes[i], Slice{0, 1, nullptr, bf16_});
-    const auto t1 = std::chrono::steady_clock::now();
-    node_seconds[i] += std::chrono::duration<double>(t1 - t0).count();
-    t0 = t1;
+    clock.lap(i);
   }
 }
 
@@ -676,7 +691,7 @@ void Executor::run_shards(Adam* optimizer, int threads) {
     const int t = team ? omp_get_thread_num() : 0, nt = team ? threads : 1;
     if (team || omp_get_thread_num() == 0) {
       const FlushDenormalsScope flush(flush_denormals_);
-      ChunkView view(*this, t == 0 ? arena_.data() : thread_arenas_[static_cast<size_t>(t - 1)].data());
+      ChunkView view(*this, arena_of(t));
       try {
         for (int s = next.fetch_add(1, std::memory_order_relaxed); s < shards;
              s = next.fetch_add(1, std::memory_order_relaxed)) {
@@ -748,7 +763,7 @@ void Executor::run_chunks_per_thread(size_t begin, size_t end, int threads) {
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num();
-    ChunkView view(*this, t == 0 ? arena_.data() : thread_arenas_[static_cast<size_t>(t - 1)].data());
+    ChunkView view(*this, arena_of(t));
     const FlushDenormalsScope flush(flush_denormals_);
     try {
       for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
@@ -858,13 +873,7 @@ void Executor::run_nodes(size_t begin, size_t end, Adam* optimizer, int threads,
   double* node_seconds = node_seconds_.data();
   auto body = [&](Slice s) {
     const FlushDenormalsScope flush(flush_denormals_);
-    const bool timing = profile && s.index == 0;
-    auto t0 = timing ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-    auto lap = [&](size_t node) {  // charge the time since the last lap to `node`
-      const auto t1 = std::chrono::steady_clock::now();
-      node_seconds[node] += std::chrono::duration<double>(t1 - t0).count();
-      t0 = t1;
-    };
+    NodeClock clock(profile && s.index == 0 ? node_seconds : nullptr);
     if (zero_grads) {  // parameter gradients accumulate: start each backward from zero
       auto [g0, g1] = slice_range(graph_.param_count(), s);
       if (g1 > g0) std::memset(grads_.f32() + g0, 0, static_cast<size_t>(g1 - g0) * 4);
@@ -873,12 +882,12 @@ void Executor::run_nodes(size_t begin, size_t end, Adam* optimizer, int threads,
       if (s.count > 1 && i > begin && barrier_before_[i]) barrier_ptr->wait();
       op_def(nodes[i].op).run(*this, nodes[i],
                               Slice{s.index, s.count, s.count > 1 ? counters + i * kNodeTaskCounters : nullptr, bf16_});
-      if (timing) lap(i);
+      clock.lap(i);
     }
     if (optimizer) {
       if (s.count > 1 && barrier_before_[nodes.size()]) barrier_ptr->wait();
       optimizer->update(params_.f32(), grads_.f32(), s);
-      if (timing) lap(nodes.size());
+      clock.lap(nodes.size());
     }
   };
   if (threads == 1) {

@@ -190,6 +190,13 @@ class Executor final : public RunContext {
   struct RunStamp;  // sets constant_stamp for one run
   // Arenas for threads 1 .. threads - 1 (made on first use, kept).
   void ensure_thread_arenas(int threads);
+  // Thread t's arena in run_chunks_per_thread and run_shards (thread 0: the executor's own).
+  uint8_t* arena_of(int t);
+  // Whether tensor t lives in each running thread's own arena in those runs: arena scratch
+  // first used after the weights-only prefix and kept by no one (place_tensors' chunk_offset).
+  static bool in_thread_arena(const Graph& graph, const MemoryPlan& plan, size_t t);
+  // A tensor's shape when `rows` rows of the batch run.
+  Shape shape_at(TensorId id, int64_t rows) const;
   // Nodes [begin, end) on this thread alone (Slice{0, 1}) through view; node_seconds: each
   // node's time added to it (profiling), or null.
   void run_alone(const ChunkView& view, size_t begin, size_t end, double* node_seconds) const;
