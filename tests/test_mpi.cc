@@ -5,10 +5,13 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+#include <sys/wait.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -222,6 +225,44 @@ TEST_CASE("a killed rank ends the job with an error naming it and leaves the che
   REQUIRE(err.find("rank 1") != std::string::npos);  // mpirun: "process rank 1 … exited on signal 9"
   REQUIRE(slurp(dir / "k/model.safetensors") == before);
   REQUIRE(slurp(dir / "k/metrics.json") == metrics_before);
+#endif
+}
+
+TEST_CASE("a plain run never loads the MPI module, and without it --version and mpirun say so") {
+#ifndef ATTNKIT_MPIRUN
+  ATTNKIT_SKIP("attnkit built without MPI (ATTNKIT_MPI off)");
+#else
+  // A copy of the program in a folder of its own: its attnkit_mpi.so is not beside it.
+  const fs::path dir = cli_scratch("mpi", "no_module");
+  const fs::path exe = dir / "attnkit";
+  fs::copy_file(ATTNKIT_CLI, exe);
+  REQUIRE_FALSE(fs::exists(dir / "attnkit_mpi.so"));
+  auto run = [&](const std::string& env, const std::string& args, const std::string& tag) {
+    const std::string command = "cd '" + dir.string() + "' && " + env + " '" + exe.string() + "' " + args + " > " +
+                                tag + ".out 2> " + tag + ".err";
+    const int status = std::system(command.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  auto text = [&](const std::string& name) {
+    std::ifstream f(dir / name);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  // Training, alone: nothing of MPI needed.
+  REQUIRE(run("", "train reversal --epochs 1 --no-pictures --quiet --out run", "plain") == 0);
+  CHECK(fs::exists(dir / "run" / "model.safetensors"));
+  REQUIRE(run("", "--version", "version") == 0);
+  CHECK(text("version.out").find("MPI: unavailable: cannot load the MPI module attnkit_mpi.so") != std::string::npos);
+  // Started by a launcher (its environment), the process says what is missing and ends.
+  CHECK(run("OMPI_COMM_WORLD_SIZE=2", "train reversal --epochs 1 --no-pictures --out run2", "launched") == 1);
+  const std::string err = text("launched.err");
+  INFO(err);
+  CHECK(err.find("error: cannot load the MPI module attnkit_mpi.so") != std::string::npos);
+  CHECK(err.find((dir / "attnkit_mpi.so").string()) != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "run2"));
+  // The program as built finds the module beside it.
+  const std::string built = "'" + std::string(ATTNKIT_CLI) + "' --version > '" + (dir / "built.out").string() + "'";
+  CHECK(std::system(built.c_str()) == 0);
+  CHECK(text("built.out").find("MPI: Open MPI") != std::string::npos);
 #endif
 }
 

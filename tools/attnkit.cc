@@ -32,6 +32,17 @@ int usage_error(const std::string& message) {
   return 2;
 }
 
+#ifdef ATTNKIT_HAVE_MPI
+// --version's MPI line: the library the MPI module was built with (loading it, and MPI).
+std::string mpi_version() {
+  try {
+    return attnkit::load_mpi_module().library_version() + " (mpirun -np N attnkit train: data-parallel)";
+  } catch (const std::exception& e) {
+    return std::string("unavailable: ") + e.what();
+  }
+}
+#endif
+
 // `attnkit --version`: the version, the SIMD target the kernels run on and what else there is.
 std::string version_text() {
   auto join = [](const std::vector<std::string>& names) {
@@ -53,7 +64,7 @@ std::string version_text() {
          "; this CPU has: " + attnkit::bf16_kernels_available() +
          (attnkit::bf16_kernel_note().empty() ? "" : " (" + attnkit::bf16_kernel_note() + ")") +
 #ifdef ATTNKIT_HAVE_MPI
-         "\nMPI: " + attnkit::mpi_library_version() + " (mpirun -np N attnkit train: data-parallel)";
+         "\nMPI: " + mpi_version();
 #else
          "\nMPI: none (built with ATTNKIT_MPI off)";
 #endif
@@ -96,14 +107,15 @@ int run_command(const attnkit::cli::ParsedArgs& a, attnkit::Collective* group) {
 // is told with its rank and ends the whole job (MPI_Abort), so no rank waits forever.
 int run_in_group(const attnkit::cli::ParsedArgs& a, int argc, char** argv) {
   using namespace attnkit::cli;
-  std::unique_ptr<attnkit::MpiGroup> group;
+  const attnkit::MpiModule* mpi = nullptr;
+  std::unique_ptr<attnkit::Collective> group;
   try {
-    group = std::make_unique<attnkit::MpiGroup>(&argc, &argv);
+    mpi = &attnkit::load_mpi_module();
+    group.reset(mpi->start_group(&argc, &argv, stop_signal_flag()));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   }
-  group->watch_stop_flag(stop_signal_flag());
   const int rank = group->rank(), size = group->size();
   const bool lead = rank == 0;
   try {
@@ -135,7 +147,8 @@ int run_in_group(const attnkit::cli::ParsedArgs& a, int argc, char** argv) {
     std::fflush(stdout);
     std::fprintf(stderr, "error: rank %d of %d: %s; ending the job\n", rank, size, e.what());
     std::fflush(stderr);
-    attnkit::MpiGroup::abort(1);
+    mpi->abort(1);
+    std::_Exit(1);  // (abort does not return)
   }
 }
 #endif

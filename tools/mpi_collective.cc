@@ -23,15 +23,25 @@ void check(int rc, const char* what) {
   throw Error(std::string("MPI: ") + what + " failed: " + std::string(text, static_cast<size_t>(len)));
 }
 
-}  // namespace
-
-std::string mpi_library_version() {
+std::string library_version() {
   char text[MPI_MAX_LIBRARY_VERSION_STRING];
   int len = 0;
   if (MPI_Get_library_version(text, &len) != MPI_SUCCESS) return "unknown";
   std::string v(text, static_cast<size_t>(len));
   return v.substr(0, v.find_first_of("\n,"));
 }
+
+Collective* start_group(int* argc, char*** argv, const volatile int* stop_flag) {
+  auto* group = new MpiGroup(argc, argv);
+  group->watch_stop_flag(stop_flag);
+  return group;
+}
+
+void abort_job(int code) { MpiGroup::abort(code); }
+
+const MpiModule kModule{library_version, start_group, abort_job};
+
+}  // namespace
 
 MpiGroup::MpiGroup(int* argc, char*** argv) {
   int provided = 0;
@@ -107,3 +117,8 @@ std::vector<uint64_t> MpiGroup::all_gather(uint64_t value) {
 }
 
 }  // namespace attnkit
+
+// The module's entry point, found by load_mpi_module with dlsym.
+extern "C" __attribute__((visibility("default"))) const attnkit::MpiModule* attnkit_mpi_module() {
+  return &attnkit::kModule;
+}

@@ -23,8 +23,23 @@ inline int launched_group_size() {
   return 0;
 }
 
-// The MPI library's own name and version (first line), e.g. "Open MPI v4.1.4, …".
-std::string mpi_library_version();
+// The MPI module, attnkit_mpi.so (built with the CMake option ATTNKIT_MPI): MpiGroup and the
+// MPI library behind it. The attnkit program loads it with dlopen only when an MPI launcher
+// started it or for --version, so a plain run neither loads Open MPI's eight libraries (several
+// ms of every start) nor needs them installed.
+struct MpiModule {
+  // The MPI library's own name and version (first line), e.g. "Open MPI v4.1.4, …".
+  std::string (*library_version)();
+  // MPI_COMM_WORLD as a Collective (a new MpiGroup watching stop_flag, see MpiGroup); throws Error.
+  Collective* (*start_group)(int* argc, char*** argv, const volatile int* stop_flag);
+  // Ends every process of the job (MpiGroup::abort); does not return.
+  void (*abort)(int code);
+};
+
+// The program's side: the module beside the program (<its folder>/attnkit_mpi.so, as built) or
+// installed (<its folder>/../<libdir>/attnkit/attnkit_mpi.so), loaded on the first call. Throws
+// Error naming the files tried and why each could not be loaded.
+const MpiModule& load_mpi_module();
 
 // MPI_COMM_WORLD as a Collective: starts MPI (MPI_Init_thread, funneled: only the thread
 // that calls sum() talks to MPI) and ends it (MPI_Finalize) when destroyed.

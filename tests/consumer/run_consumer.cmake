@@ -55,3 +55,17 @@ foreach(h ${headers})
       ${WORK_DIR}/header_check.cc)
 endforeach()
 message(STATUS "${header_count} installed headers compile on their own")
+
+# 4. The installed program finds its MPI module (installed under <libdir>/attnkit/) when built
+# with MPI, and runs.
+if(EXISTS ${prefix}/bin/attnkit)
+  execute_process(COMMAND ${prefix}/bin/attnkit --version OUTPUT_VARIABLE version RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "installed attnkit --version failed (${rc}): ${version}")
+  endif()
+  file(GLOB_RECURSE installed_module ${prefix}/*/attnkit_mpi.so)
+  if(installed_module AND NOT version MATCHES "\nMPI: Open MPI")
+    message(FATAL_ERROR "the installed attnkit does not find its MPI module ${installed_module}:\n${version}")
+  endif()
+  message(STATUS "installed attnkit runs; MPI module: ${installed_module}")
+endif()
