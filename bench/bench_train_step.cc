@@ -254,7 +254,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench_train_step: --gemm must be attnkit or openblas, got '%s'\n", v.c_str());
         return 2;
       }
-      set_gemm_backend(v == "openblas" ? GemmBackend::kOpenBLAS : GemmBackend::kAttnkit);
+      try {
+        set_gemm_backend(v == "openblas" ? GemmBackend::kOpenBLAS : GemmBackend::kAttnkit);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_train_step: --gemm %s: %s\n", v.c_str(), e.what());
+        return 2;
+      }
     } else if (take_flag(argc, argv, i, "--train-chunk", &v)) {
       char* end = nullptr;
       g_train_chunk = std::strtoll(v.c_str(), &end, 10);

@@ -1,7 +1,7 @@
 // What data-parallel training needs from a group of processes, as an interface: the library
-// stays free of any transport. tools/mpi_collective.{h,cc} implements it on MPI (library
-// attnkit_mpi, linked by the attnkit program when built with ATTNKIT_MPI); a test or an
-// embedding program may bring its own.
+// stays free of any transport. tools/mpi_collective.{h,cc} implements it on MPI (the module
+// attnkit_mpi.so, which the attnkit program built with ATTNKIT_MPI loads under mpirun); a test
+// or an embedding program may bring its own.
 #pragma once
 #include <cstdint>
 #include <vector>

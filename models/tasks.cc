@@ -132,6 +132,11 @@ void validate_against(const Dataset& d, const ModelConfig& c, const std::string&
   if (d.seq_len != c.seq_len)
     throw Error(what + ": sequences have length " + std::to_string(d.seq_len) + " but " + config_source +
                 " has T (seq_len) " + std::to_string(c.seq_len));
+  const size_t positions = static_cast<size_t>(d.size * d.seq_len);
+  if (d.x.size() != positions || (!d.y.empty() && d.y.size() != positions))
+    throw Error(what + ": " + std::to_string(d.size) + " sequences of " + std::to_string(d.seq_len) + " need " +
+                std::to_string(positions) + " tokens and targets (or no targets), not " + std::to_string(d.x.size()) +
+                " and " + std::to_string(d.y.size()));
   for (size_t i = 0; i < d.x.size(); ++i) {
     if (d.x[i] < 0 || d.x[i] >= c.vocab) {
       const auto [lo, hi] = std::minmax_element(d.x.begin(), d.x.end());

@@ -13,9 +13,10 @@ namespace attnkit {
 
 struct Dataset {
   int64_t size = 0, seq_len = 0;
-  std::vector<int32_t> x, y;  // row-major [size, seq_len]
+  std::vector<int32_t> x, y;  // row-major [size, seq_len]; y empty: no targets (every one −1)
   const int32_t* tokens(int64_t i) const { return x.data() + i * seq_len; }
-  const int32_t* targets(int64_t i) const { return y.data() + i * seq_len; }
+  bool has_targets() const { return !y.empty(); }
+  const int32_t* targets(int64_t i) const { return y.data() + i * seq_len; }  // (has_targets())
 };
 
 struct TaskData {

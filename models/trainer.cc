@@ -120,6 +120,7 @@ Trainer::Trainer(const ModelConfig& config, const TrainerOptions& options, TaskD
       group_(group_of(options_)) {
   const TrainingConfig& t = options_.training;
   validate_dataset(data_.train, config, "training set");
+  if (!data_.train.has_targets()) throw Error("training set: no targets (y is empty)");
   if (data_.val.size > 0) validate_dataset(data_.val, config, "validation set");
   if (options_.sample < 0 || (options_.sample > 0 && options_.sample >= data_.val.size))
     throw Error("sample " + std::to_string(options_.sample) + " is outside the validation set (" +
@@ -192,7 +193,7 @@ void ModelRunner::load_batch(const Dataset& d, const int64_t* rows, int64_t n, b
   int32_t* targets = executor_->i32(model_.targets.id());
   for (int64_t r = 0; r < n; ++r) {
     std::memcpy(ids + r * T, d.tokens(rows[r]), static_cast<size_t>(T) * 4);
-    if (with_targets)
+    if (with_targets && d.has_targets())
       std::memcpy(targets + r * T, d.targets(rows[r]), static_cast<size_t>(T) * 4);
     else
       std::fill(targets + r * T, targets + (r + 1) * T, -1);
@@ -240,7 +241,7 @@ Accuracy ModelRunner::evaluate(const Dataset& d, std::vector<int32_t>* predictio
     for (int64_t r = 0; r < n * c.seq_len; ++r) {
       const float* row = logits + r * c.classes;
       const int32_t pred = static_cast<int32_t>(std::max_element(row, row + c.classes) - row);
-      const int32_t target = d.y[static_cast<size_t>(start * c.seq_len + r)];
+      const int32_t target = d.has_targets() ? d.y[static_cast<size_t>(start * c.seq_len + r)] : -1;
       if (predictions) (*predictions)[static_cast<size_t>(start * c.seq_len + r)] = pred;
       if (target < 0) continue;
       ++acc.total;
@@ -441,7 +442,7 @@ Accuracy Trainer::group_evaluate(const Dataset& d) {
   share.seq_len = d.seq_len;
   share.size = end - begin;
   share.x.assign(d.x.begin() + begin * d.seq_len, d.x.begin() + end * d.seq_len);
-  share.y.assign(d.y.begin() + begin * d.seq_len, d.y.begin() + end * d.seq_len);
+  if (d.has_targets()) share.y.assign(d.y.begin() + begin * d.seq_len, d.y.begin() + end * d.seq_len);
   const Accuracy mine = runner_.evaluate(share);
   Accuracy all;
   for (uint64_t v : group_->all_gather(static_cast<uint64_t>(mine.correct))) all.correct += static_cast<int64_t>(v);

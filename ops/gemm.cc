@@ -84,8 +84,9 @@ HWY_AFTER_NAMESPACE();
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <stdexcept>
 #include <string>
+
+#include "engine/error.h"
 
 namespace attnkit {
 HWY_EXPORT(GemmProductsTarget);
@@ -457,14 +458,14 @@ void load_openblas(const std::string& library) {
   void* handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char* why = dlerror();
-    throw std::runtime_error("OpenBLAS backend: cannot load " + name + ": " +
+    throw Error("OpenBLAS backend: cannot load " + name + ": " +
                              (why ? why : "unknown reason") +
                              " (Debian: libopenblas0; or set ATTNKIT_OPENBLAS to its file)");
   }
   void* symbol = dlsym(handle, "cblas_sgemm");
   if (!symbol) {
     dlclose(handle);
-    throw std::runtime_error("OpenBLAS backend: " + name + " has no cblas_sgemm");
+    throw Error("OpenBLAS backend: " + name + " has no cblas_sgemm");
   }
   // The handle stays open for the process's life: products may be running on the old one.
   g_cblas_sgemm.store(reinterpret_cast<CblasSgemm>(symbol), std::memory_order_release);
@@ -472,7 +473,8 @@ void load_openblas(const std::string& library) {
 }
 
 void set_gemm_backend(GemmBackend backend) {
-  if (backend == GemmBackend::kOpenBLAS) load_openblas();  // throws, backend unchanged
+  // (Throws, the backend unchanged. An OpenBLAS loaded before, by load_openblas(path) too, stays.)
+  if (backend == GemmBackend::kOpenBLAS && !g_cblas_sgemm.load()) load_openblas();
   g_backend.store(backend);
 }
 void set_gemm_timing(bool on) { g_timing.store(on); }

@@ -98,15 +98,15 @@ void sgemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int
 
 // Which implementation runs the products above: attnkit's own kernels (default) or
 // OpenBLAS's cblas_sgemm, for comparison. attnkit does not link OpenBLAS: setting kOpenBLAS
-// loads it first (load_openblas()), and throws std::runtime_error naming the library, the
-// backend unchanged, when it cannot.
+// loads it first (load_openblas()) unless one is loaded already, and throws attnkit::Error
+// naming the library, the backend unchanged, when it cannot.
 enum class GemmBackend { kAttnkit, kOpenBLAS };
 void set_gemm_backend(GemmBackend backend);
 // Loads OpenBLAS for the kOpenBLAS backend from `library` (a file name dlopen searches for, or a
 // path); empty: $ATTNKIT_OPENBLAS if set, else libopenblas.so.0 (Debian's libopenblas0). Loading
-// the library already in use does nothing. Throws std::runtime_error naming the library when it
-// cannot be loaded or has no cblas_sgemm; the OpenBLAS loaded before, if any, then stays in
-// use. Call it while no product runs on the OpenBLAS backend.
+// the library already in use does nothing. Throws naming the library when it
+// cannot be loaded or has no cblas_sgemm (attnkit::Error); the OpenBLAS loaded before, if any,
+// then stays in use. Call it while no product runs on the OpenBLAS backend.
 void load_openblas(const std::string& library = "");
 GemmBackend gemm_backend();
 

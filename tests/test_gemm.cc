@@ -19,6 +19,7 @@
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/gemm_bf16.h"
+#include "engine/error.h"
 #include "engine/simd_target.h"
 
 namespace {
@@ -715,18 +716,22 @@ TEST_CASE("the OpenBLAS backend names a library it cannot load and keeps the bac
                       Contains("cannot load /nonexistent/libopenblas.so.0"));
   // A library that loads but is no BLAS (zlib: every test links it through the library).
   REQUIRE_THROWS_WITH(attnkit::load_openblas("libz.so.1"), Contains("libz.so.1 has no cblas_sgemm"));
-  // set_gemm_backend loads $ATTNKIT_OPENBLAS; on failure the backend stays attnkit's.
+  REQUIRE_THROWS_AS(attnkit::load_openblas("libz.so.1"), attnkit::Error);
+  // load_openblas() without a name loads $ATTNKIT_OPENBLAS.
   REQUIRE(setenv("ATTNKIT_OPENBLAS", "/nonexistent/openblas.so", 1) == 0);
-  REQUIRE_THROWS_WITH(attnkit::set_gemm_backend(attnkit::GemmBackend::kOpenBLAS),
-                      Contains("/nonexistent/openblas.so"));
+  REQUIRE_THROWS_WITH(attnkit::load_openblas(), Contains("/nonexistent/openblas.so"));
   REQUIRE(attnkit::gemm_backend() == attnkit::GemmBackend::kAttnkit);
-  REQUIRE(unsetenv("ATTNKIT_OPENBLAS") == 0);
-  // Products still run on attnkit's kernels, and the default library loads afterwards.
+  // Products still run on attnkit's kernels; a library loaded by name is the one
+  // set_gemm_backend keeps (it does not go back to $ATTNKIT_OPENBLAS).
   const Problem p = make_problem(false, true, 7, 9, 5, 1.0f, 0.5f, 1, 3);
   check_against_reference(p, run_sgemm(p));
-  BackendGuard guard(attnkit::GemmBackend::kOpenBLAS);
-  REQUIRE(attnkit::gemm_backend() == attnkit::GemmBackend::kOpenBLAS);
-  check_against_reference(p, run_sgemm(p));
+  attnkit::load_openblas("libopenblas.so.0");
+  {
+    BackendGuard guard(attnkit::GemmBackend::kOpenBLAS);
+    REQUIRE(attnkit::gemm_backend() == attnkit::GemmBackend::kOpenBLAS);
+    check_against_reference(p, run_sgemm(p));
+  }
+  REQUIRE(unsetenv("ATTNKIT_OPENBLAS") == 0);
 }
 
 TEST_CASE("simd_target_name names the best supported target", "[gemm]") {

@@ -259,6 +259,9 @@ TEST_CASE("a plain run never loads the MPI module, and without it --version and 
   CHECK(err.find("error: cannot load the MPI module attnkit_mpi.so") != std::string::npos);
   CHECK(err.find((dir / "attnkit_mpi.so").string()) != std::string::npos);
   CHECK_FALSE(fs::exists(dir / "run2"));
+  // A launcher of one process needs no MPI: the process runs alone.
+  CHECK(run("OMPI_COMM_WORLD_SIZE=1", "train reversal --epochs 1 --no-pictures --quiet --out run3", "alone") == 0);
+  CHECK(fs::exists(dir / "run3" / "model.safetensors"));
   // The program as built finds the module beside it.
   const std::string built = "'" + std::string(ATTNKIT_CLI) + "' --version > '" + (dir / "built.out").string() + "'";
   CHECK(std::system(built.c_str()) == 0);

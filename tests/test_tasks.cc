@@ -26,6 +26,33 @@ std::string scratch(const std::string& name) {
   return (dir / name).string();
 }
 
+TEST_CASE("a data set without targets (y empty) loads, evaluates to no positions, and y of another size is refused") {
+  const ModelConfig c = lesson_config("neighbor-sum");
+  Rng rng(11);
+  Dataset d = generate_dataset(c, 40, rng);
+  const std::string path = scratch("tokens_only.npy");
+  write_npy(path, d.x.data(), {d.size, d.seq_len});
+  bool has_targets = true;
+  const Dataset loaded = load_sequences(path, c, "the model", &has_targets);
+  CHECK_FALSE(has_targets);
+  CHECK_FALSE(loaded.has_targets());
+  CHECK(loaded.x == d.x);
+  ModelRunner runner(c, 16, 1, 0, /*with_backward=*/false);
+  std::vector<int32_t> predictions;
+  const Accuracy none = runner.evaluate(loaded, &predictions);
+  CHECK(none.total == 0);
+  CHECK(predictions.size() == d.x.size());
+  // The same tokens with their targets: the same predictions, every position scored.
+  std::vector<int32_t> with_targets;
+  CHECK(runner.evaluate(d, &with_targets).total == d.size * d.seq_len);
+  CHECK(with_targets == predictions);
+  Dataset bad = d;
+  bad.y.resize(bad.y.size() - 1);
+  CHECK_THROWS_WITH(runner.evaluate(bad), Catch::Contains("need 400 tokens and targets (or no targets), not 400 and 399"));
+  TaskData no_targets{loaded, d};
+  CHECK_THROWS_WITH(Trainer(c, TrainerOptions{}, no_targets), Catch::Contains("training set: no targets"));
+}
+
 TEST_CASE("task rules give the lesson's targets") {
   SECTION("neighbor-sum: (x[i-1] + x[i+1]) mod 10 around the ring") {
     const ModelConfig c = lesson_config("neighbor-sum");

@@ -111,6 +111,13 @@ int run_in_group(const attnkit::cli::ParsedArgs& a, int argc, char** argv) {
   std::unique_ptr<attnkit::Collective> group;
   try {
     mpi = &attnkit::load_mpi_module();
+  } catch (const std::exception& e) {
+    // A launcher of one process (mpirun -np 1, srun -n 1) needs no MPI: run alone.
+    if (attnkit::launched_group_size() == 1) return run_command(a, nullptr);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  try {
     group.reset(mpi->start_group(&argc, &argv, stop_signal_flag()));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -39,7 +39,7 @@ Collective* start_group(int* argc, char*** argv, const volatile int* stop_flag) 
 
 void abort_job(int code) { MpiGroup::abort(code); }
 
-const MpiModule kModule{library_version, start_group, abort_job};
+const MpiModule kModule{kMpiModuleVersion, library_version, start_group, abort_job};
 
 }  // namespace
 

@@ -28,6 +28,9 @@ inline int launched_group_size() {
 // started it or for --version, so a plain run neither loads Open MPI's eight libraries (several
 // ms of every start) nor needs them installed.
 struct MpiModule {
+  // kMpiModuleVersion of the program the module was built for: a module of another layout is
+  // refused instead of called through the wrong pointers.
+  int version;
   // The MPI library's own name and version (first line), e.g. "Open MPI v4.1.4, …".
   std::string (*library_version)();
   // MPI_COMM_WORLD as a Collective (a new MpiGroup watching stop_flag, see MpiGroup); throws Error.
@@ -36,8 +39,11 @@ struct MpiModule {
   void (*abort)(int code);
 };
 
+constexpr int kMpiModuleVersion = 1;
+
 // The program's side: the module beside the program (<its folder>/attnkit_mpi.so, as built) or
-// installed (<its folder>/../<libdir>/attnkit/attnkit_mpi.so), loaded on the first call. Throws
+// installed (<libdir>/attnkit/attnkit_mpi.so, found from the program's folder as installed),
+// loaded on the first call. Throws
 // Error naming the files tried and why each could not be loaded.
 const MpiModule& load_mpi_module();
 

@@ -300,7 +300,10 @@ RunContents train_contents(Trainer& trainer, const EarlierRun& earlier, const Tr
   files.step = trainer.step();
   files.sample = options.sample;
   files.tokens.assign(val.tokens(options.sample), val.tokens(options.sample) + config.seq_len);
-  files.targets.assign(val.targets(options.sample), val.targets(options.sample) + config.seq_len);
+  if (val.has_targets())
+    files.targets.assign(val.targets(options.sample), val.targets(options.sample) + config.seq_len);
+  else
+    files.targets.assign(static_cast<size_t>(config.seq_len), -1);
   files.result = trainer.run_sequence(val.tokens(options.sample));
   files.snapshot_steps = earlier.snapshot_steps;
   files.snapshots = earlier.snapshots;
