@@ -331,8 +331,9 @@ void visit_values(const NpyArray& a, const std::string& what, const char* target
   throw FileError(what + ": dtype " + quote(a.descr) + " cannot be converted to " + target);
 }
 
-// The zeroed output of a conversion to Out; memory that cannot be had for it is a FileError
-// naming the array and the bytes asked for, not a bare std::bad_alloc.
+// The output of a conversion to Out: zeroed, or (copy_of) a copy of a's elements made as it is
+// allocated; memory that cannot be had for it is a FileError naming the array and the bytes
+// asked for, not a bare std::bad_alloc.
 template <typename Out>
 std::vector<Out> conversion_output(const NpyArray& a, const std::string& what, const char* target,
                                    const Out* copy_of = nullptr) {
