@@ -116,34 +116,31 @@ std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes) {
   return bytes;
 }
 
-std::vector<uint8_t> read_file_range(const std::string& path, uint64_t offset, uint64_t count, uint64_t* file_size) {
-  uint64_t size = 0;
-  const int fd = open_regular(path, &size);
-  if (file_size) *file_size = size;
-  const uint64_t n = offset >= size ? 0 : std::min(count, size - offset);
+ReadOnlyFile::ReadOnlyFile(const std::string& path) : path_(path) { fd_ = open_regular(path, &size_); }
+
+ReadOnlyFile::~ReadOnlyFile() { ::close(fd_); }
+
+std::vector<uint8_t> ReadOnlyFile::read(uint64_t offset, uint64_t count) const {
+  const uint64_t n = offset >= size_ ? 0 : std::min(count, size_ - offset);
   std::vector<uint8_t> bytes;
   try {
     bytes.resize(n);
   } catch (const std::bad_alloc&) {
-    ::close(fd);
-    throw FileError(path + ": no memory for " + std::to_string(n) + " bytes");
+    throw FileError(path_ + ": no memory for " + std::to_string(n) + " bytes");
   }
   uint64_t got = 0;
   while (got < n) {
-    const ssize_t r = ::pread(fd, bytes.data() + got, n - got, static_cast<off_t>(offset + got));
+    const ssize_t r = ::pread(fd_, bytes.data() + got, n - got, static_cast<off_t>(offset + got));
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      const int err = r < 0 ? errno : 0;
-      ::close(fd);
-      if (r < 0) throw FileError(path + ": read failed: " + errno_text(err));
-      throw FileError(path + ": file shrank while reading (" + std::to_string(got) + " of " + std::to_string(n) +
+    if (r < 0) throw FileError(path_ + ": read failed: " + errno_text(errno));
+    if (r == 0)
+      throw FileError(path_ + ": file shrank while reading (" + std::to_string(got) + " of " + std::to_string(n) +
                       " bytes at offset " + std::to_string(offset) + ")");
-    }
     got += static_cast<uint64_t>(r);
   }
-  ::close(fd);
   return bytes;
 }
+
 
 void write_bytes(std::FILE* f, const void* data, size_t size, const std::string& path) {
   if (size && std::fwrite(data, 1, size, f) != size)

@@ -12,11 +12,27 @@ namespace attnkit {
 // larger than max_bytes (default 16 GiB), so a wrong path cannot exhaust memory.
 std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes = 1ull << 34);
 
-// Reads at most `count` bytes from `offset` of a regular file (fewer where the file ends), and
-// its whole size into *file_size when given: a slice of a file larger than one wants in memory.
-// The same errors as read_file.
-std::vector<uint8_t> read_file_range(const std::string& path, uint64_t offset, uint64_t count,
-                                     uint64_t* file_size = nullptr);
+// A regular file open for reading slices of it: several reads (a header, then the data it
+// describes) through one descriptor, so all of them see the same file even when it is
+// replaced under its name in between (as write_file_atomic does). The same errors as
+// read_file, each naming the path.
+class ReadOnlyFile {
+ public:
+  explicit ReadOnlyFile(const std::string& path);
+  ~ReadOnlyFile();
+  ReadOnlyFile(const ReadOnlyFile&) = delete;
+  ReadOnlyFile& operator=(const ReadOnlyFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  uint64_t size() const { return size_; }  // as it was when opened
+  // At most `count` bytes from `offset` (fewer where the file ends).
+  std::vector<uint8_t> read(uint64_t offset, uint64_t count) const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
 
 // Replaces `path` atomically: `write` fills a temporary file `path.tmp.<pid>` in the same
 // directory (when that name would exceed NAME_MAX, a shortened name with a hash of the file

@@ -471,14 +471,14 @@ namespace {
 // A .npy file's preamble and header (parse_npy_header checks them): its first 4 KiB, or as much
 // as the header length in the preamble says when that is more (numpy writes headers of 128
 // bytes; a few columns of a structured dtype can take more).
-std::vector<uint8_t> read_npy_head(const std::string& path, uint64_t* total) {
-  std::vector<uint8_t> head = read_file_range(path, 0, 4096, total);
+std::vector<uint8_t> read_npy_head(const ReadOnlyFile& file) {
+  std::vector<uint8_t> head = file.read(0, 4096);
   if (head.size() >= 12 && std::memcmp(head.data(), kNpyMagic, kNpyMagicLen) == 0) {
     const bool v1 = head[6] == 1;
     const uint64_t want = v1 ? 10 + uint64_t{load_le<uint16_t>(head.data() + 8)}
                              : 12 + uint64_t{load_le<uint32_t>(head.data() + 8)};
-    if (want > head.size() && head.size() < *total)
-      head = read_file_range(path, 0, std::min<uint64_t>(want, 12 + kMaxNpyHeader));
+    if (want > head.size() && head.size() < file.size())
+      head = file.read(0, std::min<uint64_t>(want, 12 + kMaxNpyHeader));
   }
   return head;
 }
@@ -487,14 +487,15 @@ std::vector<uint8_t> read_npy_head(const std::string& path, uint64_t* total) {
 
 NpyArray read_npy(const std::string& path) {
   // The header, then the data read straight into the array's buffer: one copy in memory, not
-  // moved down over the header afterwards.
-  uint64_t total = 0;
-  const std::vector<uint8_t> head = read_npy_head(path, &total);
-  const NpyHeader h = parse_npy_header(head.data(), head.size(), path, total);
+  // moved down over the header afterwards; both through one descriptor (one file, even if it
+  // is replaced under its name meanwhile).
+  const ReadOnlyFile file(path);
+  const std::vector<uint8_t> head = read_npy_head(file);
+  const NpyHeader h = parse_npy_header(head.data(), head.size(), path, file.size());
   NpyArray a;
   a.descr = h.descr;
   a.shape = h.shape;
-  a.bytes = read_file_range(path, h.data_offset, h.data_bytes);
+  a.bytes = file.read(h.data_offset, h.data_bytes);
   if (a.bytes.size() != h.data_bytes)
     throw FileError(path + ": file shrank while reading (" + std::to_string(a.bytes.size()) + " of " +
                     std::to_string(h.data_bytes) + " bytes of data)");
@@ -502,9 +503,9 @@ NpyArray read_npy(const std::string& path) {
 }
 
 NpyArray read_npy_entry(const std::string& path, int64_t index, int64_t* entries) {
-  uint64_t total = 0;
-  const std::vector<uint8_t> head = read_npy_head(path, &total);
-  const NpyHeader h = parse_npy_header(head.data(), head.size(), path, total);
+  const ReadOnlyFile file(path);
+  const std::vector<uint8_t> head = read_npy_head(file);
+  const NpyHeader h = parse_npy_header(head.data(), head.size(), path, file.size());
   if (h.shape.empty()) throw FileError(path + ": a 0-d array has no entries along a first axis");
   const int64_t n = h.shape[0];
   if (entries) *entries = n;
@@ -515,7 +516,7 @@ NpyArray read_npy_entry(const std::string& path, int64_t index, int64_t* entries
   NpyArray a;
   a.descr = h.descr;
   a.shape.assign(h.shape.begin() + 1, h.shape.end());
-  a.bytes = read_file_range(path, h.data_offset + static_cast<uint64_t>(index) * entry_bytes, entry_bytes);
+  a.bytes = file.read(h.data_offset + static_cast<uint64_t>(index) * entry_bytes, entry_bytes);
   if (a.bytes.size() != entry_bytes) throw FileError(path + ": file shrank while reading entry " + std::to_string(index));
   return a;
 }

@@ -213,8 +213,7 @@ Dataset dataset_from(const std::map<std::string, NpyArray>& arrays, const std::s
 
 }  // namespace
 
-Dataset load_sequences(const std::string& path, const ModelConfig& c, const std::string& config_source,
-                       bool* has_targets) {
+Dataset load_sequences(const std::string& path, const ModelConfig& c, const std::string& config_source) {
   const bool npz = path.size() > 4 && path.compare(path.size() - 4, 4, ".npz") == 0;
   const bool npy = path.size() > 4 && path.compare(path.size() - 4, 4, ".npy") == 0;
   if (!npz && !npy) throw FileError(path + ": expected a .npz (X, optional Y) or an .npy of tokens [N, T]");
@@ -236,8 +235,7 @@ Dataset load_sequences(const std::string& path, const ModelConfig& c, const std:
   const std::string xname = npy ? path : path + ": '" + xs + "'";
   d.x = int_array(arrays, path, xs, &xshape);
   d.size = xshape[0], d.seq_len = xshape[1];
-  *has_targets = arrays.count(ys) > 0;
-  if (*has_targets) {
+  if (arrays.count(ys) > 0) {
     d.y = int_array(arrays, path, ys, &yshape);
     if (xshape != yshape)
       throw FileError(path + ": '" + xs + "' is [" + std::to_string(xshape[0]) + ", " + std::to_string(xshape[1]) +

@@ -83,10 +83,9 @@ uint64_t task_data_fingerprint(const TaskData& data);
 
 // Sequences to evaluate or run: an .npz with X (or X_val) and optionally Y (or Y_val), or an
 // .npy of tokens [N, T]; integer arrays, checked against config like load_task_data (errors
-// name the file, the array, the row and the position). *has_targets says whether targets came
-// with them; without, y is empty (a caller that scores fills it).
-Dataset load_sequences(const std::string& path, const ModelConfig& config, const std::string& config_source,
-                       bool* has_targets);
+// name the file, the array, the row and the position). Without targets y is empty
+// (Dataset::has_targets() false; a caller that scores fills it).
+Dataset load_sequences(const std::string& path, const ModelConfig& config, const std::string& config_source);
 
 // Accuracy counts over the positions that have an answer (target ≥ 0).
 struct Accuracy {

@@ -231,6 +231,7 @@ Accuracy ModelRunner::evaluate(const Dataset& d, std::vector<int32_t>* predictio
   Accuracy acc;
   if (predictions) predictions->assign(static_cast<size_t>(d.size * c.seq_len), 0);
   const int64_t B = model_.graph->max_batch();
+  const bool scored = d.has_targets();  // (without targets: predictions only, no position scored)
   std::vector<int64_t> rows(static_cast<size_t>(B));
   for (int64_t start = 0; start < d.size; start += B) {
     const int64_t n = std::min(B, d.size - start);
@@ -241,8 +242,9 @@ Accuracy ModelRunner::evaluate(const Dataset& d, std::vector<int32_t>* predictio
     for (int64_t r = 0; r < n * c.seq_len; ++r) {
       const float* row = logits + r * c.classes;
       const int32_t pred = static_cast<int32_t>(std::max_element(row, row + c.classes) - row);
-      const int32_t target = d.has_targets() ? d.y[static_cast<size_t>(start * c.seq_len + r)] : -1;
       if (predictions) (*predictions)[static_cast<size_t>(start * c.seq_len + r)] = pred;
+      if (!scored) continue;
+      const int32_t target = d.y[static_cast<size_t>(start * c.seq_len + r)];
       if (target < 0) continue;
       ++acc.total;
       acc.correct += pred == target;

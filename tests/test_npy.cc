@@ -599,6 +599,28 @@ TEST_CASE("write_file_atomic replaces the file only on success", "[file_io]") {
   CHECK_FALSE(has_temp_files(dir.path));
 }
 
+TEST_CASE("ReadOnlyFile reads slices of one file, the one it opened even when replaced", "[file_io]") {
+  TempDir dir;
+  const std::string path = dir / "data.bin";
+  write_file_atomic(path, "0123456789", 10);
+  const ReadOnlyFile file(path);
+  CHECK(file.size() == 10);
+  CHECK(file.path() == path);
+  const auto text = [](const std::vector<uint8_t>& b) { return std::string(b.begin(), b.end()); };
+  CHECK(text(file.read(2, 3)) == "234");
+  CHECK(text(file.read(8, 100)) == "89");  // fewer where the file ends
+  CHECK(file.read(10, 5).empty());
+  CHECK(file.read(1000, 5).empty());
+  // Replaced under its name (as write_file_atomic and a writer of a new .npy do): the reads still
+  // see the file opened, never the header of one and the data of another.
+  write_file_atomic(path, "abcdefghijklmnop", 16);
+  CHECK(text(file.read(0, 4)) == "0123");
+  CHECK(file.size() == 10);
+  CHECK(text(ReadOnlyFile(path).read(0, 4)) == "abcd");
+  CHECK_THROWS_WITH(ReadOnlyFile(dir / "missing.bin"), Catch::Contains("missing.bin: cannot open"));
+  CHECK_THROWS_WITH(ReadOnlyFile(dir.path), Catch::Contains("not a regular file"));
+}
+
 // A temporary `name.tmp.<pid>` would exceed NAME_MAX (255 bytes) for these names: the writer
 // uses a shortened temporary name, and the cleanup of a killed writer's temporary still works.
 TEST_CASE("write_file_atomic writes files whose names are 250 and 255 bytes long", "[file_io]") {

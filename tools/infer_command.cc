@@ -93,8 +93,8 @@ int run_infer_data(const InferArgs& a) {
   // it: a few sequences at --batch-size 10000 need no buffers of 10 000.
   const std::string file = checkpoint_in(a.checkpoint);
   const ModelConfig config = model_config_from_metadata(read_checkpoint_metadata(file), file);
-  bool has_targets = false;
-  const Dataset d = load_sequences(a.data, config, "the checkpoint " + a.checkpoint, &has_targets);
+  const Dataset d = load_sequences(a.data, config, "the checkpoint " + a.checkpoint);
+  const bool has_targets = d.has_targets();
   po.max_batch = std::max<int64_t>(1, std::min<int64_t>(a.batch_size, d.size));
   Predictor p = [&] {
     try {
@@ -133,11 +133,13 @@ int run_infer_data(const InferArgs& a) {
       const Prediction& r = p.predict(d.tokens(start), n);
       predictions.append(r.predictions, n * T);
       if (logits) logits->append(r.logits, n * T * C);
-      for (int64_t i = 0; i < n * T && has_targets; ++i) {
-        const int32_t y = d.y[static_cast<size_t>(start * T + i)];
-        if (y < 0) continue;
-        ++acc.total;
-        acc.correct += r.predictions[i] == y;
+      if (has_targets) {
+        const int32_t* y = d.y.data() + start * T;
+        for (int64_t i = 0; i < n * T; ++i) {
+          if (y[i] < 0) continue;
+          ++acc.total;
+          acc.correct += r.predictions[i] == y[i];
+        }
       }
       if (attention && L == 1) {  // the batch's maps [n, heads, T, T] are in file order: append runs of them
         const int64_t per = H * T * T;

@@ -461,8 +461,8 @@ int run_eval(const EvalArgs& a) {
   Dataset d;
   std::string source;
   if (!a.data.empty()) {
-    bool has_targets = false;
-    d = load_sequences(a.data, m.config, "the checkpoint " + path, &has_targets);
+    d = load_sequences(a.data, m.config, "the checkpoint " + path);
+    const bool has_targets = d.has_targets();
     if (!has_targets) {  // tokens alone: scored against the task's own rule
       d.y.resize(d.x.size());
       for (int64_t i = 0; i < d.size; ++i) task_targets(m.config, d.tokens(i), d.y.data() + i * d.seq_len);
