@@ -6,6 +6,7 @@
 
 #include "engine/checkpoint.h"
 #include "engine/error.h"
+#include "ops/elementwise.h"  // argmax_rows
 
 namespace attnkit {
 
@@ -40,10 +41,7 @@ const Prediction& Predictor::predict(const int32_t* tokens, int64_t n) {
   // tokens (its one check names the sequence and the position of the first bad one).
   ex.forward();
   const float* logits = ex.f32(m.logits.id());
-  for (int64_t r = 0; r < n * T; ++r) {
-    const float* row = logits + r * c.classes;
-    predictions_[static_cast<size_t>(r)] = static_cast<int32_t>(std::max_element(row, row + c.classes) - row);
-  }
+  argmax_rows(logits, n * T, c.classes, predictions_.data());
   result_.n = n;
   result_.logits = logits;
   result_.predictions = predictions_.data();

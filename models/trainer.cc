@@ -13,6 +13,7 @@
 #include "engine/error.h"
 #include "engine/hash.h"
 #include "ops/gemm.h"  // simd_target_name
+#include "ops/elementwise.h"  // argmax_rows
 #include "ops/finite.h"
 
 namespace attnkit {
@@ -217,11 +218,8 @@ SequenceResult ModelRunner::run_sequence(const int32_t* tokens) {
     const float* a = executor_->f32(model_.attention[static_cast<size_t>(l)].attn().id());
     std::copy(a, a + per_layer, r.attention.begin() + l * per_layer);
   }
-  const float* logits = executor_->f32(model_.logits.id());
-  for (int64_t i = 0; i < c.seq_len; ++i) {
-    const float* row = logits + i * c.classes;
-    r.predictions.push_back(static_cast<int32_t>(std::max_element(row, row + c.classes) - row));
-  }
+  r.predictions.resize(static_cast<size_t>(c.seq_len));
+  argmax_rows(executor_->f32(model_.logits.id()), c.seq_len, c.classes, r.predictions.data());
   return r;
 }
 
@@ -233,21 +231,20 @@ Accuracy ModelRunner::evaluate(const Dataset& d, std::vector<int32_t>* predictio
   const int64_t B = model_.graph->max_batch();
   const bool scored = d.has_targets();  // (without targets: predictions only, no position scored)
   std::vector<int64_t> rows(static_cast<size_t>(B));
+  std::vector<int32_t> batch_predictions(predictions ? 0 : static_cast<size_t>(B * c.seq_len));
   for (int64_t start = 0; start < d.size; start += B) {
     const int64_t n = std::min(B, d.size - start);
     std::iota(rows.begin(), rows.begin() + n, start);
     load_batch(d, rows.data(), n, false);
     executor_->forward();
-    const float* logits = executor_->f32(model_.logits.id());
+    int32_t* pred = predictions ? predictions->data() + start * c.seq_len : batch_predictions.data();
+    argmax_rows(executor_->f32(model_.logits.id()), n * c.seq_len, c.classes, pred);
+    if (!scored) continue;
+    const int32_t* target = d.y.data() + start * c.seq_len;
     for (int64_t r = 0; r < n * c.seq_len; ++r) {
-      const float* row = logits + r * c.classes;
-      const int32_t pred = static_cast<int32_t>(std::max_element(row, row + c.classes) - row);
-      if (predictions) (*predictions)[static_cast<size_t>(start * c.seq_len + r)] = pred;
-      if (!scored) continue;
-      const int32_t target = d.y[static_cast<size_t>(start * c.seq_len + r)];
-      if (target < 0) continue;
+      if (target[r] < 0) continue;
       ++acc.total;
-      acc.correct += pred == target;
+      acc.correct += pred[r] == target[r];
     }
   }
   return acc;

@@ -207,5 +207,18 @@ void axpy(float alpha, const float* x, float* y, int64_t n, bool accumulate, Sli
 void fill(float* y, int64_t n, float value, Slice s) {
   HWY_DYNAMIC_DISPATCH(Fill)(y, n, value, s);
 }
+
+void argmax_rows(const float* x, int64_t rows, int64_t cols, int32_t* out, Slice s) {
+  const auto [r0, r1] = slice_range(rows, s);
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* row = x + r * cols;
+    float best = row[0];
+    int32_t at = 0;
+    for (int64_t j = 1; j < cols; ++j) {
+      if (best < row[j]) best = row[j], at = static_cast<int32_t>(j);  // (max_element's test)
+    }
+    out[r] = at;
+  }
+}
 }  // namespace attnkit
 #endif

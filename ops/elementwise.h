@@ -30,4 +30,9 @@ void axpy(float alpha, const float* x, float* y, int64_t n, bool accumulate, Sli
 // Fills y with value.
 void fill(float* y, int64_t n, float value, Slice s = {});
 
+// out[r] = the column of row r's largest value in a [rows, cols] x (cols >= 1), the first of
+// equal ones, as std::max_element picks it (a NaN is never picked over a number before it):
+// predictions from logits. Slices split the rows.
+void argmax_rows(const float* x, int64_t rows, int64_t cols, int32_t* out, Slice s = {});
+
 }  // namespace attnkit

@@ -3,6 +3,7 @@
 // every sliced kernel must give the same bits for any slice count.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -569,4 +570,30 @@ TEST_CASE("elementwise kernels", "[elementwise]") {
       });
     }
   });
+}
+
+TEST_CASE("argmax_rows picks each row's first largest value, as std::max_element does", "[elementwise]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  // rows of 4: a clear maximum, ties (the first wins), all negative, NaN first / in the middle,
+  // -inf and +inf, all equal.
+  const std::vector<float> x = {0.1f, 0.9f, 0.3f, 0.2f,   0.5f, 0.7f, 0.7f, 0.1f,  -3.0f, -1.0f, -2.0f, -1.0f,
+                                nan,  1.0f, 2.0f, 0.0f,   1.0f, nan,  0.5f, 2.0f,  -inf,  inf,   inf,   0.0f,
+                                4.0f, 4.0f, 4.0f, 4.0f};
+  const int64_t cols = 4, rows = static_cast<int64_t>(x.size()) / cols;
+  std::vector<int32_t> want(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    want[static_cast<size_t>(r)] = static_cast<int32_t>(std::max_element(x.begin() + r * cols, x.begin() + (r + 1) * cols) -
+                                                          (x.begin() + r * cols));
+  CHECK(want == std::vector<int32_t>{1, 1, 1, 0, 3, 1, 0});
+  std::vector<int32_t> got(static_cast<size_t>(rows), -7);
+  attnkit::argmax_rows(x.data(), rows, cols, got.data());
+  CHECK(got == want);
+  // Slices split the rows: three of them fill every row once.
+  std::fill(got.begin(), got.end(), -7);
+  for (int i = 0; i < 3; ++i) attnkit::argmax_rows(x.data(), rows, cols, got.data(), Slice{i, 3});
+  CHECK(got == want);
+  // One column: always 0.
+  std::vector<int32_t> one(3, -7);
+  attnkit::argmax_rows(x.data(), 3, 1, one.data());
+  CHECK(one == std::vector<int32_t>{0, 0, 0});
 }
