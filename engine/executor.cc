@@ -819,6 +819,15 @@ void Executor::forward() {
   record_run(threads, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
+int Executor::threads_for_run() {
+  if (threads_ == 1 || !adaptive_) return threads_;
+  return probe_.next_parallel() ? threads_ : 1;
+}
+
+void Executor::record_run(int threads, double seconds) {
+  if (threads_ > 1 && adaptive_) probe_.record(threads > 1, seconds);
+}
+
 void Executor::train_step(Adam* optimizer, GradientHook* hook) {
   if (!graph_.has_backward()) throw Error("executor: train_step needs a graph with backward()");
   if (optimizer && optimizer->size() != graph_.param_count())

@@ -13,6 +13,7 @@
 #include "op_table.h"
 #include "optimizer.h"
 #include "planner.h"
+#include "thread_probe.h"
 
 namespace attnkit {
 
@@ -124,15 +125,12 @@ class Executor final : public RunContext {
   // kernel).
   bool bf16_products() const { return bf16_; }
   // Threads the next run uses (1 when adaptive measurement found more threads slower).
-  int threads_in_use() const { return parallel_ ? threads_ : 1; }
+  int threads_in_use() const { return probe_.parallel() ? threads_ : 1; }
   // Turns adaptive thread use (ExecutorOptions::adaptive_threads) on or off; off, every run
   // takes threads() threads.
   void set_adaptive_threads(bool on) {
     adaptive_ = on;
-    if (!on) {
-      parallel_ = true;
-      probe_runs_left_ = 0;
-    }
+    if (!on) probe_.reset();
   }
 
   // Runs the forward nodes only (evaluation, inference).
@@ -247,14 +245,8 @@ class Executor final : public RunContext {
   // out their work dynamically (Slice::tasks) share them.
   std::unique_ptr<TaskCounter[]> task_counters_;
   // Adaptive thread use: probe runs take blocks of threads_ and of 1 thread; the faster wins until
-  // the next probe, which comes twice as late each time the verdict stands. The first
-  // training step is not part of a probe: it starts the OpenMP threads and first touches the
-  // arena and the kernels' scratch (on the compute-bound model that made its parallel run
-  // look slower than a serial one, and the executor then ran 64 steps on one thread).
-  // A probe: blocks of kProbeBlock runs, parallel then serial, twice; a block's first run
-  // warms the caches of its thread count and is not counted.
-  static constexpr int kProbeBlock = 3, kProbeRuns = 4 * kProbeBlock;
-  static bool ProbeParallel(int k) { return (k / kProbeBlock) % 2 == 0; }
+  // the next probe, which comes twice as late each time the verdict stands (engine/thread_probe.h).
+  ThreadProbe probe_;
   bool adaptive_;
   // fixed_parameters, and whether the weights-only prefix's results in the arena are those of
   // the current parameters (a chunked plan keeps them alive to the end of a run).
@@ -278,10 +270,6 @@ class Executor final : public RunContext {
     bool summed;
   };
   std::vector<ShardResult> shard_results_of_;
-  bool parallel_ = true;
-  int probe_runs_left_ = 0;
-  double best_parallel_ = 0, best_serial_ = 0;  // summed seconds of the probe runs
-  int64_t runs_until_probe_ = 2, probe_interval_ = 64;
 
  public:
   // Barriers a training step runs with more than one thread (for benchmarks and tests).

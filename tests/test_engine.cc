@@ -402,6 +402,59 @@ TEST_CASE("adaptive thread use switches between thread counts without changing r
   CHECK(ex.parallel_training_steps() == 4);
 }
 
+namespace {
+// Runs a ThreadProbe for `runs` runs whose parallel ones take `parallel_s` and serial ones
+// `serial_s`; returns "P"/"S" per run.
+std::string probe_runs(attnkit::ThreadProbe& p, int runs, double parallel_s, double serial_s) {
+  std::string kinds;
+  for (int i = 0; i < runs; ++i) {
+    const bool parallel = p.next_parallel();
+    kinds += parallel ? 'P' : 'S';
+    p.record(parallel, parallel ? parallel_s : serial_s);
+  }
+  return kinds;
+}
+}  // namespace
+
+TEST_CASE("the thread probe ends early on a clear verdict either way and runs whole when close") {
+  using attnkit::ThreadProbe;
+  SECTION("parallel runs clearly faster: one pair of blocks, then parallel, the next probe twice as late") {
+    ThreadProbe p;
+    // The first run alone, then a parallel block and a serial one (each block's first run not counted).
+    CHECK(probe_runs(p, 7, 1.0, 1.8) == "PPPPSSS");
+    CHECK_FALSE(p.probing());
+    CHECK(p.parallel());
+    CHECK(p.probe_interval() == 2 * ThreadProbe::kFirstInterval);
+    CHECK(probe_runs(p, 127, 1.0, 1.8) == std::string(127, 'P'));
+    CHECK(probe_runs(p, 1, 1.0, 1.8) == "P");  // the next probe starts
+    CHECK(p.probing());
+  }
+  SECTION("parallel runs clearly slower: one pair of blocks, then one thread") {
+    ThreadProbe p;
+    CHECK(probe_runs(p, 7, 3.0, 1.0) == "PPPPSSS");
+    CHECK_FALSE(p.parallel());
+    CHECK(p.probe_interval() == ThreadProbe::kFirstInterval);
+    CHECK(probe_runs(p, 63, 3.0, 1.0) == std::string(63, 'S'));
+  }
+  SECTION("close times: the whole probe, then the faster (parallel only when 5% faster)") {
+    ThreadProbe p;
+    CHECK(probe_runs(p, 13, 1.0, 1.1) == "PPPPSSSPPPSSS");
+    CHECK(p.parallel());
+    ThreadProbe q;
+    CHECK(probe_runs(q, 13, 1.0, 1.0) == "PPPPSSSPPPSSS");
+    CHECK_FALSE(q.parallel());
+    CHECK(probe_runs(q, 2, 1.0, 1.0) == "SS");
+  }
+  SECTION("reset: parallel at once, probing again later") {
+    ThreadProbe p;
+    probe_runs(p, 7, 3.0, 1.0);
+    CHECK_FALSE(p.parallel());
+    p.reset();
+    CHECK(p.parallel());
+    CHECK(probe_runs(p, 1, 3.0, 1.0) == "P");
+  }
+}
+
 TEST_CASE("per-node profiling times every node and the optimizer without changing results") {
   const ModelConfig c = lesson_config("neighbor-sum");
   for (int threads : {1, 2}) {
