@@ -10,6 +10,7 @@
 // free (it runs on ports the FMAs leave idle), 1.50 that it takes half an FMA's slot. The bare
 // loop's FMAs per nanosecond give the clock the others are measured by (two FMA pipes: twice the
 // GHz). Medians of 5 timings. x86-64 only; 512-bit rows need avx512f (Highway's AVX3 target).
+#if defined(__x86_64__) || defined(__i386__)
 // GCC 12's _mm512_permutexvar_ps starts from _mm512_undefined_ps(), which -Wmaybe-uninitialized
 // reports once inlined here (a false positive).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -40,6 +41,17 @@ const char* const kOpNames[] = {
     "+ full-width load",
     "+ permute, one source (vpermps)",
     "+ permute, two sources (vpermt2ps)",
+};
+// The 256-bit loops' instructions where they differ from the 512-bit ones (AVX2 has no
+// two-source permute).
+const char* const kOpNames256[] = {
+    "FMA alone",
+    "+ broadcast float from memory",
+    "+ broadcast 2 floats (64-bit) from memory",
+    "+ 128-bit load inserted in both halves",
+    "+ full-width load",
+    "+ permute, one source (vpermps)",
+    "+ permute and blend",
 };
 
 template <Op kOp>
@@ -154,14 +166,15 @@ void Report(long n) {
   std::printf("%-46s %8.4f ns/FMA  %5.2f FMA slots   (%.2f FMAs per ns)\n", kOpNames[0], fma, 1.0, 1.0 / fma);
   for (Op op : {Op::kBroadcastMem, Op::kBroadcast64Mem, Op::kBroadcast256Mem, Op::kLoad, Op::kPermute, Op::kPermute2}) {
     const double t = Time<kWidth>(op, n);
-    std::printf("%-46s %8.4f ns/FMA  %5.2f FMA slots\n", kOpNames[static_cast<int>(op)], t, t / fma);
+    const char* name = (kWidth == 512 ? kOpNames : kOpNames256)[static_cast<int>(op)];
+    std::printf("%-46s %8.4f ns/FMA  %5.2f FMA slots\n", name, t, t / fma);
   }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int width = __builtin_cpu_supports("avx512f") ? 512 : 256;
+  int width = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") ? 512 : 256;
   long n = 20000000;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -178,8 +191,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_ports: --width must be 512 or 256 and --iterations at least 1\n");
     return 2;
   }
-  if (width == 512 && !__builtin_cpu_supports("avx512f")) {
-    std::fprintf(stderr, "bench_ports: this CPU has no avx512f: run with --width=256\n");
+  if (width == 512 && !(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw"))) {
+    std::fprintf(stderr, "bench_ports: this CPU has no AVX-512 F/DQ/VL/BW (Highway's AVX3): run with --width=256\n");
     return 2;
   }
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
@@ -202,3 +216,10 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+#else
+#include <cstdio>
+int main() {
+  std::fprintf(stderr, "bench_ports: x86-64 only\n");
+  return 0;
+}
+#endif

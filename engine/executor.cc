@@ -820,12 +820,12 @@ void Executor::forward() {
 }
 
 int Executor::threads_for_run() {
-  if (threads_ == 1 || !adaptive_) return threads_;
+  if (!probes_threads()) return threads_;
   return probe_.next_parallel() ? threads_ : 1;
 }
 
 void Executor::record_run(int threads, double seconds) {
-  if (threads_ > 1 && adaptive_) probe_.record(threads > 1, seconds);
+  if (probes_threads()) probe_.record(threads > 1, seconds);
 }
 
 void Executor::train_step(Adam* optimizer, GradientHook* hook) {

@@ -204,6 +204,8 @@ class Executor final : public RunContext {
   void run_shards(Adam* optimizer, int threads);
   static bool can_run_chunks_per_thread(const Graph& graph, const MemoryPlan& plan);
   static MemoryPlan make_plan(const Graph& graph, const ExecutorOptions& options);
+  // Whether runs choose their thread count by probing (adaptive use of more than one thread).
+  bool probes_threads() const { return threads_ > 1 && adaptive_; }
   int threads_for_run();
   void record_run(int threads, double seconds);
   void* ptr(TensorId id) const;

@@ -141,7 +141,6 @@ std::vector<uint8_t> ReadOnlyFile::read(uint64_t offset, uint64_t count) const {
   return bytes;
 }
 
-
 void write_bytes(std::FILE* f, const void* data, size_t size, const std::string& path) {
   if (size && std::fwrite(data, 1, size, f) != size)
     throw FileError(path + ": write failed: " + errno_text(errno));

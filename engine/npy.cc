@@ -495,10 +495,9 @@ NpyArray read_npy(const std::string& path) {
   NpyArray a;
   a.descr = h.descr;
   a.shape = h.shape;
+  // (parse_npy_header found the data within the file's size: read gives it all, or throws
+  // naming the file if the file shrank since it was opened.)
   a.bytes = file.read(h.data_offset, h.data_bytes);
-  if (a.bytes.size() != h.data_bytes)
-    throw FileError(path + ": file shrank while reading (" + std::to_string(a.bytes.size()) + " of " +
-                    std::to_string(h.data_bytes) + " bytes of data)");
   return a;
 }
 
@@ -516,8 +515,11 @@ NpyArray read_npy_entry(const std::string& path, int64_t index, int64_t* entries
   NpyArray a;
   a.descr = h.descr;
   a.shape.assign(h.shape.begin() + 1, h.shape.end());
-  a.bytes = file.read(h.data_offset + static_cast<uint64_t>(index) * entry_bytes, entry_bytes);
-  if (a.bytes.size() != entry_bytes) throw FileError(path + ": file shrank while reading entry " + std::to_string(index));
+  try {
+    a.bytes = file.read(h.data_offset + static_cast<uint64_t>(index) * entry_bytes, entry_bytes);
+  } catch (const FileError& e) {  // (the file shrank since it was opened)
+    throw FileError(std::string(e.what()) + " (entry " + std::to_string(index) + ")");
+  }
   return a;
 }
 

@@ -29,8 +29,8 @@ void ThreadProbe::record(bool parallel, double seconds) {
   // After each parallel + serial pair of blocks a clear verdict ends the probe: parallel runs
   // much slower (on a machine busy with other work a parallel step of a small model can take
   // several times a serial one: a barrier waits for a descheduled thread), or much faster (a
-  // large model's step on 2 threads takes ~0.55× one thread's: three more serial steps would
-  // cost a 20-step run 5%).
+  // large model's step on 2 threads takes ~0.55× one thread's: three more serial steps cost a
+  // 20-step run of reversal-large ~10%).
   const bool pair_done = (k + 1) % (2 * kBlock) == 0;
   const bool clear = parallel_seconds_ > kClearRatio * serial_seconds_ ||
                      serial_seconds_ > kClearRatio * parallel_seconds_;

@@ -31,8 +31,8 @@ class ThreadProbe {
   bool parallel() const { return parallel_; }
   bool probing() const { return runs_left_ > 0; }
   int64_t probe_interval() const { return interval_; }
-  // Every run parallel from now on (adaptive use turned off); a later next_parallel() probes
-  // again after the first interval's runs.
+  // Every run parallel from now on (adaptive use turned off); calls of next_parallel() after it
+  // probe again when the current interval runs out (at once if reset during a probe).
   void reset();
 
  private:

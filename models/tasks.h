@@ -91,6 +91,14 @@ Dataset load_sequences(const std::string& path, const ModelConfig& config, const
 struct Accuracy {
   int64_t correct = 0, total = 0;
   double value() const { return total ? static_cast<double>(correct) / static_cast<double>(total) : 0.0; }
+  // Counts n positions' predictions against their targets (a target < 0: no answer, not counted).
+  void add(const int32_t* predictions, const int32_t* targets, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (targets[i] < 0) continue;
+      ++total;
+      correct += predictions[i] == targets[i];
+    }
+  }
 };
 
 // The score of always answering the class most common among a data set's targets (-1s not

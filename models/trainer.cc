@@ -239,13 +239,7 @@ Accuracy ModelRunner::evaluate(const Dataset& d, std::vector<int32_t>* predictio
     executor_->forward();
     int32_t* pred = predictions ? predictions->data() + start * c.seq_len : batch_predictions.data();
     argmax_rows(executor_->f32(model_.logits.id()), n * c.seq_len, c.classes, pred);
-    if (!scored) continue;
-    const int32_t* target = d.y.data() + start * c.seq_len;
-    for (int64_t r = 0; r < n * c.seq_len; ++r) {
-      if (target[r] < 0) continue;
-      ++acc.total;
-      acc.correct += pred[r] == target[r];
-    }
+    if (scored) acc.add(pred, d.y.data() + start * c.seq_len, n * c.seq_len);
   }
   return acc;
 }

@@ -388,8 +388,9 @@ TEST_CASE("adaptive thread use switches between thread counts without changing r
   const ModelConfig c = lesson_config("reversal");
   const auto serial = train_losses(c, 1, 300), adaptive = train_losses(c, 2, 300, true);
   REQUIRE(std::memcmp(serial.data(), adaptive.data(), serial.size() * 4) == 0);
-  // The first probe starts at the second step with blocks of 3: steps 1-3 on 2 threads, 4-6
-  // on one (whatever the timings say; a verdict can come only after that pair of blocks).
+  // Step 1 runs alone on 2 threads; the first probe starts at the second step with blocks of 3:
+  // steps 2-4 on 2 threads, 5-7 on one (whatever the timings say; a verdict can come only after
+  // that pair of blocks).
   Model m = build_model(c, 32);
   Executor ex(*m.graph, {2, 3, true});
   Adam adam(ex.param_count(), {0.003f});
@@ -403,55 +404,72 @@ TEST_CASE("adaptive thread use switches between thread counts without changing r
 }
 
 namespace {
-// Runs a ThreadProbe for `runs` runs whose parallel ones take `parallel_s` and serial ones
-// `serial_s`; returns "P"/"S" per run.
-std::string probe_runs(attnkit::ThreadProbe& p, int runs, double parallel_s, double serial_s) {
+// Runs a ThreadProbe for `runs` runs, run i (counted from 0 over the probe's life) taking
+// seconds(i, parallel); returns "P"/"S" per run.
+template <class F>
+std::string probe_runs(attnkit::ThreadProbe& p, int runs, int& i, const F& seconds) {
   std::string kinds;
-  for (int i = 0; i < runs; ++i) {
+  for (int r = 0; r < runs; ++r, ++i) {
     const bool parallel = p.next_parallel();
     kinds += parallel ? 'P' : 'S';
-    p.record(parallel, parallel ? parallel_s : serial_s);
+    p.record(parallel, seconds(i, parallel));
   }
   return kinds;
+}
+std::string probe_runs(attnkit::ThreadProbe& p, int runs, int& i, double parallel_s, double serial_s) {
+  return probe_runs(p, runs, i, [&](int, bool parallel) { return parallel ? parallel_s : serial_s; });
 }
 }  // namespace
 
 TEST_CASE("the thread probe ends early on a clear verdict either way and runs whole when close") {
   using attnkit::ThreadProbe;
+  int i = 0;
   SECTION("parallel runs clearly faster: one pair of blocks, then parallel, the next probe twice as late") {
     ThreadProbe p;
-    // The first run alone, then a parallel block and a serial one (each block's first run not counted).
-    CHECK(probe_runs(p, 7, 1.0, 1.8) == "PPPPSSS");
+    // Run 0 alone, then a parallel block (runs 1-3) and a serial one (4-6). A block's first run
+    // is not counted: a parallel 100 s there would otherwise make the verdict serial.
+    CHECK(probe_runs(p, 7, i, [](int run, bool parallel) { return run == 1 ? 100.0 : parallel ? 1.0 : 1.8; }) ==
+          "PPPPSSS");
     CHECK_FALSE(p.probing());
     CHECK(p.parallel());
     CHECK(p.probe_interval() == 2 * ThreadProbe::kFirstInterval);
-    CHECK(probe_runs(p, 127, 1.0, 1.8) == std::string(127, 'P'));
-    CHECK(probe_runs(p, 1, 1.0, 1.8) == "P");  // the next probe starts
-    CHECK(p.probing());
+    CHECK(probe_runs(p, 127, i, 1.0, 1.8) == std::string(127, 'P'));
+    // The next probe, 128 runs later: parallel runs now clearly slower, so the verdict changes
+    // and the interval starts again from the first.
+    CHECK(probe_runs(p, 6, i, 3.0, 1.0) == "PPPSSS");
+    CHECK_FALSE(p.parallel());
+    CHECK(p.probe_interval() == ThreadProbe::kFirstInterval);
   }
   SECTION("parallel runs clearly slower: one pair of blocks, then one thread") {
     ThreadProbe p;
-    CHECK(probe_runs(p, 7, 3.0, 1.0) == "PPPPSSS");
+    // (A serial 100 s as a block's first run is not counted either.)
+    CHECK(probe_runs(p, 7, i, [](int run, bool parallel) { return run == 4 ? 100.0 : parallel ? 3.0 : 1.0; }) ==
+          "PPPPSSS");
     CHECK_FALSE(p.parallel());
     CHECK(p.probe_interval() == ThreadProbe::kFirstInterval);
-    CHECK(probe_runs(p, 63, 3.0, 1.0) == std::string(63, 'S'));
+    CHECK(probe_runs(p, 63, i, 3.0, 1.0) == std::string(63, 'S'));
+    CHECK(probe_runs(p, 1, i, 3.0, 1.0) == "P");  // the next probe starts
+    CHECK(p.probing());
   }
-  SECTION("close times: the whole probe, then the faster (parallel only when 5% faster)") {
+  SECTION("close times: the whole probe, then parallel only when 5% faster") {
     ThreadProbe p;
-    CHECK(probe_runs(p, 13, 1.0, 1.1) == "PPPPSSSPPPSSS");
+    CHECK(probe_runs(p, 13, i, 1.0, 1.06) == "PPPPSSSPPPSSS");
     CHECK(p.parallel());
     ThreadProbe q;
-    CHECK(probe_runs(q, 13, 1.0, 1.0) == "PPPPSSSPPPSSS");
+    CHECK(probe_runs(q, 13, i, 1.0, 1.04) == "PPPPSSSPPPSSS");
     CHECK_FALSE(q.parallel());
-    CHECK(probe_runs(q, 2, 1.0, 1.0) == "SS");
+    CHECK(probe_runs(q, 2, i, 1.0, 1.04) == "SS");
   }
-  SECTION("reset: parallel at once, probing again later") {
+  SECTION("reset: parallel at once; probing again when the interval runs out") {
     ThreadProbe p;
-    probe_runs(p, 7, 3.0, 1.0);
+    probe_runs(p, 7, i, 3.0, 1.0);
     CHECK_FALSE(p.parallel());
     p.reset();
     CHECK(p.parallel());
-    CHECK(probe_runs(p, 1, 3.0, 1.0) == "P");
+    CHECK(probe_runs(p, 63, i, 3.0, 1.0) == std::string(63, 'P'));
+    CHECK_FALSE(p.probing());
+    CHECK(probe_runs(p, 1, i, 3.0, 1.0) == "P");
+    CHECK(p.probing());
   }
 }
 

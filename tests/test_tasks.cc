@@ -43,8 +43,20 @@ TEST_CASE("a data set without targets (y empty) loads, evaluates to no positions
   CHECK(predictions.size() == d.x.size());
   // The same tokens with their targets: the same predictions, every position scored.
   std::vector<int32_t> with_targets;
-  CHECK(runner.evaluate(d, &with_targets).total == d.size * d.seq_len);
+  const Accuracy scored = runner.evaluate(d, &with_targets);
+  CHECK(scored.total == d.size * d.seq_len);
   CHECK(with_targets == predictions);
+  // Without a predictions vector (the batch's own buffer): the same counts, and they are the
+  // predictions' hits on the targets.
+  const Accuracy counted = runner.evaluate(d);
+  CHECK(counted.total == scored.total);
+  CHECK(counted.correct == scored.correct);
+  int64_t hits = 0;
+  for (size_t i = 0; i < d.y.size(); ++i) hits += predictions[i] == d.y[i];
+  CHECK(counted.correct == hits);
+  Accuracy by_hand;
+  by_hand.add(predictions.data(), d.y.data(), static_cast<int64_t>(d.y.size()));
+  CHECK(by_hand.correct == hits);
   Dataset bad = d;
   bad.y.resize(bad.y.size() - 1);
   CHECK_THROWS_WITH(runner.evaluate(bad), Catch::Contains("need 400 tokens and targets (or no targets), not 400 and 399"));

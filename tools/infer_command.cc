@@ -133,14 +133,7 @@ int run_infer_data(const InferArgs& a) {
       const Prediction& r = p.predict(d.tokens(start), n);
       predictions.append(r.predictions, n * T);
       if (logits) logits->append(r.logits, n * T * C);
-      if (has_targets) {
-        const int32_t* y = d.y.data() + start * T;
-        for (int64_t i = 0; i < n * T; ++i) {
-          if (y[i] < 0) continue;
-          ++acc.total;
-          acc.correct += r.predictions[i] == y[i];
-        }
-      }
+      if (has_targets) acc.add(r.predictions, d.y.data() + start * T, n * T);
       if (attention && L == 1) {  // the batch's maps [n, heads, T, T] are in file order: append runs of them
         const int64_t per = H * T * T;
         if (all) attention->append(r.attention[0], n * per);
