@@ -1,6 +1,7 @@
 // Elementwise kernels, vector by vector (see ForEachVector in ops_simd-inl.h).
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 
 #include "ops/elementwise.h"
 
@@ -169,6 +170,66 @@ void Fill(float* y, int64_t n, float value, Slice s) {
   ForEachVector(d, y, b, e, [&](int64_t, size_t) { return v; });
 }
 
+// std::max_element's pick in one row: the first of its largest values, NaNs never picked
+// after a number (best < x is false for them), and 0 when the row starts with a NaN.
+inline int32_t ArgmaxRowScalar(const float* row, int64_t cols) {
+  float best = row[0];
+  int32_t at = 0;
+  for (int64_t j = 1; j < cols; ++j) {
+    if (best < row[j]) best = row[j], at = static_cast<int32_t>(j);  // (max_element's test)
+  }
+  return at;
+}
+
+// Rows [r0, r1) of a [rows, cols] x with NV vectors a row (cols <= NV·Lanes): the largest of the
+// row's numbers (NaNs and the lanes past cols as −inf), then the first lane equal to it — the
+// same pick as ArgmaxRowScalar's for a row whose first value is a number. Rows are read whole
+// vectors at a time into the next rows; the last few, whose vectors would pass the end of x,
+// and rows starting with a NaN go the scalar way.
+template <int NV>
+void ArgmaxRowsVectors(const float* x, int64_t r0, int64_t r1, int64_t rows, int64_t cols, int32_t* out) {
+  const DF d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
+  const auto m0 = hn::FirstN(d, static_cast<size_t>(std::min(cols, lanes)));
+  const auto m1 = hn::FirstN(d, static_cast<size_t>(std::max<int64_t>(cols - lanes, 0)));
+  const int64_t last_whole = rows * cols - NV * lanes;  // the last row start read whole
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* row = x + r * cols;
+    if (r * cols > last_whole || !(row[0] == row[0])) {
+      out[r] = ArgmaxRowScalar(row, cols);
+      continue;
+    }
+    const auto v0 = hn::LoadU(d, row);
+    const auto valid0 = hn::And(m0, hn::Eq(v0, v0));
+    const auto c0 = hn::IfThenElse(valid0, v0, neg_inf);
+    if constexpr (NV == 1) {
+      const auto top = hn::MaxOfLanes(d, c0);
+      out[r] = static_cast<int32_t>(hn::FindFirstTrue(d, hn::And(valid0, hn::Eq(c0, top))));
+    } else {
+      const auto v1 = hn::LoadU(d, row + lanes);
+      const auto valid1 = hn::And(m1, hn::Eq(v1, v1));
+      const auto c1 = hn::IfThenElse(valid1, v1, neg_inf);
+      const auto top = hn::MaxOfLanes(d, hn::Max(c0, c1));
+      const auto hit0 = hn::And(valid0, hn::Eq(c0, top));
+      out[r] = static_cast<int32_t>(hn::AllFalse(d, hit0) ? lanes + hn::FindFirstTrue(d, hn::And(valid1, hn::Eq(c1, top)))
+                                                           : hn::FindFirstTrue(d, hit0));
+    }
+  }
+}
+
+void ArgmaxRows(const float* x, int64_t rows, int64_t cols, int32_t* out, Slice s) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(DF()));
+  const auto [r0, r1] = slice_range(rows, s);
+  if (cols >= 4 && cols <= lanes) {
+    ArgmaxRowsVectors<1>(x, r0, r1, rows, cols, out);
+  } else if (cols > lanes && cols <= 2 * lanes) {
+    ArgmaxRowsVectors<2>(x, r0, r1, rows, cols, out);
+  } else {  // (2 or 3 classes: a few compares; wide rows: rare)
+    for (int64_t r = r0; r < r1; ++r) out[r] = ArgmaxRowScalar(x + r * cols, cols);
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace attnkit
 HWY_AFTER_NAMESPACE();
@@ -182,6 +243,7 @@ HWY_EXPORT(BiasBackward);
 HWY_EXPORT(AddForward);
 HWY_EXPORT(Axpy);
 HWY_EXPORT(Fill);
+HWY_EXPORT(ArgmaxRows);
 
 void relu_forward(const float* x, float* y, int64_t n, Slice s) {
   HWY_DYNAMIC_DISPATCH(ReluForward)(x, y, n, s);
@@ -209,16 +271,7 @@ void fill(float* y, int64_t n, float value, Slice s) {
 }
 
 void argmax_rows(const float* x, int64_t rows, int64_t cols, int32_t* out, Slice s) {
-  const auto [r0, r1] = slice_range(rows, s);
-  for (int64_t r = r0; r < r1; ++r) {
-    const float* row = x + r * cols;
-    float best = row[0];
-    int32_t at = 0;
-    for (int64_t j = 1; j < cols; ++j) {
-      if (best < row[j]) best = row[j], at = static_cast<int32_t>(j);  // (max_element's test)
-    }
-    out[r] = at;
-  }
+  HWY_DYNAMIC_DISPATCH(ArgmaxRows)(x, rows, cols, out, s);
 }
 }  // namespace attnkit
 #endif

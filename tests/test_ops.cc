@@ -574,26 +574,49 @@ TEST_CASE("elementwise kernels", "[elementwise]") {
 
 TEST_CASE("argmax_rows picks each row's first largest value, as std::max_element does", "[elementwise]") {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-  // rows of 4: a clear maximum, ties (the first wins), all negative, NaN first / in the middle,
+  const auto reference = [](const std::vector<float>& x, int64_t rows, int64_t cols) {
+    std::vector<int32_t> want(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto first = x.begin() + r * cols;
+      want[static_cast<size_t>(r)] = static_cast<int32_t>(std::max_element(first, first + cols) - first);
+    }
+    return want;
+  };
+  // Rows of 4: a clear maximum, ties (the first wins), all negative, NaN first / in the middle,
   // -inf and +inf, all equal.
   const std::vector<float> x = {0.1f, 0.9f, 0.3f, 0.2f,   0.5f, 0.7f, 0.7f, 0.1f,  -3.0f, -1.0f, -2.0f, -1.0f,
                                 nan,  1.0f, 2.0f, 0.0f,   1.0f, nan,  0.5f, 2.0f,  -inf,  inf,   inf,   0.0f,
                                 4.0f, 4.0f, 4.0f, 4.0f};
-  const int64_t cols = 4, rows = static_cast<int64_t>(x.size()) / cols;
-  std::vector<int32_t> want(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r)
-    want[static_cast<size_t>(r)] = static_cast<int32_t>(std::max_element(x.begin() + r * cols, x.begin() + (r + 1) * cols) -
-                                                          (x.begin() + r * cols));
-  CHECK(want == std::vector<int32_t>{1, 1, 1, 0, 3, 1, 0});
-  std::vector<int32_t> got(static_cast<size_t>(rows), -7);
-  attnkit::argmax_rows(x.data(), rows, cols, got.data());
-  CHECK(got == want);
-  // Slices split the rows: three of them fill every row once.
-  std::fill(got.begin(), got.end(), -7);
-  for (int i = 0; i < 3; ++i) attnkit::argmax_rows(x.data(), rows, cols, got.data(), Slice{i, 3});
-  CHECK(got == want);
-  // One column: always 0.
-  std::vector<int32_t> one(3, -7);
-  attnkit::argmax_rows(x.data(), 3, 1, one.data());
-  CHECK(one == std::vector<int32_t>{0, 0, 0});
+  CHECK(reference(x, 7, 4) == std::vector<int32_t>{1, 1, 1, 0, 3, 1, 0});
+  attnkit::test::for_each_simd_target([&](const std::string&) {
+    std::vector<int32_t> got(7, -7);
+    attnkit::argmax_rows(x.data(), 7, 4, got.data());
+    CHECK(got == reference(x, 7, 4));
+    // Every width from 1 to 40 (one and two vectors a row, and wider), values drawn from a few
+    // so that ties are common, with NaNs, infinities and ±0 sprinkled in; rows enough that the
+    // last ones (read whole, they would pass the end) take the scalar way; three slices.
+    std::mt19937 rng(12);
+    const float pool[] = {-2.0f, -1.0f, -0.0f, 0.0f, 0.5f, 1.0f, 1.0f, 3.0f, -inf, inf, nan};
+    for (int64_t cols = 1; cols <= 40; ++cols) {
+      INFO("cols=" << cols);
+      const int64_t rows = 57;
+      std::vector<float> y(static_cast<size_t>(rows * cols));
+      for (float& v : y) {
+        const uint32_t pick = rng() % 100;
+        v = pick < 80 ? static_cast<float>(static_cast<int>(rng() % 7) - 3) : pool[pick % 11];
+      }
+      y[static_cast<size_t>(5 * cols)] = nan;  // a row starting with a NaN
+      const std::vector<int32_t> want = reference(y, rows, cols);
+      std::vector<int32_t> all(static_cast<size_t>(rows), -7), sliced(static_cast<size_t>(rows), -7);
+      attnkit::argmax_rows(y.data(), rows, cols, all.data());
+      CHECK(all == want);
+      for (int i = 0; i < 3; ++i) attnkit::argmax_rows(y.data(), rows, cols, sliced.data(), Slice{i, 3});
+      CHECK(sliced == want);
+      // A buffer holding exactly the rows: nothing past its end is read (ASan would say).
+      std::vector<float> exact(y.begin(), y.begin() + 3 * cols);
+      std::vector<int32_t> three(3, -7);
+      attnkit::argmax_rows(exact.data(), 3, cols, three.data());
+      CHECK(three == reference(exact, 3, cols));
+    }
+  });
 }
