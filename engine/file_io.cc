@@ -128,17 +128,22 @@ std::vector<uint8_t> ReadOnlyFile::read(uint64_t offset, uint64_t count) const {
   } catch (const std::bad_alloc&) {
     throw FileError(path_ + ": no memory for " + std::to_string(n) + " bytes");
   }
+  read_into(bytes.data(), offset, n);
+  return bytes;
+}
+
+void ReadOnlyFile::read_into(void* dst, uint64_t offset, uint64_t count) const {
+  uint8_t* out = static_cast<uint8_t*>(dst);
   uint64_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::pread(fd_, bytes.data() + got, n - got, static_cast<off_t>(offset + got));
+  while (got < count) {
+    const ssize_t r = ::pread(fd_, out + got, count - got, static_cast<off_t>(offset + got));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) throw FileError(path_ + ": read failed: " + errno_text(errno));
     if (r == 0)
-      throw FileError(path_ + ": file shrank while reading (" + std::to_string(got) + " of " + std::to_string(n) +
-                      " bytes at offset " + std::to_string(offset) + ")");
+      throw FileError(path_ + ": file shrank while reading (" + std::to_string(got) + " of " +
+                      std::to_string(count) + " bytes at offset " + std::to_string(offset) + ")");
     got += static_cast<uint64_t>(r);
   }
-  return bytes;
 }
 
 void write_bytes(std::FILE* f, const void* data, size_t size, const std::string& path) {

@@ -27,6 +27,8 @@ class ReadOnlyFile {
   uint64_t size() const { return size_; }  // as it was when opened
   // At most `count` bytes from `offset` (fewer where the file ends).
   std::vector<uint8_t> read(uint64_t offset, uint64_t count) const;
+  // Exactly `count` bytes from `offset` into dst (a FileError if the file holds fewer).
+  void read_into(void* dst, uint64_t offset, uint64_t count) const;
 
  private:
   std::string path_;

@@ -485,21 +485,42 @@ std::vector<uint8_t> read_npy_head(const ReadOnlyFile& file) {
 
 }  // namespace
 
-NpyArray read_npy(const std::string& path) {
-  // The header, then the data read straight into the array's buffer: one copy in memory, not
-  // moved down over the header afterwards; both through one descriptor (one file, even if it
-  // is replaced under its name meanwhile).
-  const ReadOnlyFile file(path);
-  const std::vector<uint8_t> head = read_npy_head(file);
-  const NpyHeader h = parse_npy_header(head.data(), head.size(), path, file.size());
+// The header, then the data read straight into the array's buffer: one copy in memory, not
+// moved down over the header afterwards; both through one descriptor (one file, even if it is
+// replaced under its name meanwhile).
+NpyReader::NpyReader(const std::string& path) : file_(path) {
+  const std::vector<uint8_t> head = read_npy_head(file_);
+  NpyHeader h = parse_npy_header(head.data(), head.size(), path, file_.size());
+  descr_ = std::move(h.descr);
+  shape_ = std::move(h.shape);
+  data_offset_ = h.data_offset;
+  data_bytes_ = h.data_bytes;
+}
+
+char NpyReader::kind() const { return parse_descr(descr_, file_.path()).kind; }
+
+NpyArray NpyReader::read() const {
   NpyArray a;
-  a.descr = h.descr;
-  a.shape = h.shape;
+  a.descr = descr_;
+  a.shape = shape_;
   // (parse_npy_header found the data within the file's size: read gives it all, or throws
   // naming the file if the file shrank since it was opened.)
-  a.bytes = file.read(h.data_offset, h.data_bytes);
+  a.bytes = file_.read(data_offset_, data_bytes_);
   return a;
 }
+
+std::vector<int32_t> NpyReader::read_int32(const std::string& what) const {
+  const Dtype t = parse_descr(descr_, what);
+  if (!(t.kind == 'i' && t.itemsize == sizeof(int32_t))) return to_int32(read(), what);
+  NpyArray shape_only;  // (conversion_output allocates from the shape; no bytes read yet)
+  shape_only.descr = descr_;
+  shape_only.shape = shape_;
+  std::vector<int32_t> out = conversion_output<int32_t>(shape_only, what, "int32");
+  file_.read_into(out.data(), data_offset_, data_bytes_);
+  return out;
+}
+
+NpyArray read_npy(const std::string& path) { return NpyReader(path).read(); }
 
 NpyArray read_npy_entry(const std::string& path, int64_t index, int64_t* entries) {
   const ReadOnlyFile file(path);

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "file_io.h"  // ReadOnlyFile
+
 namespace attnkit {
 
 // One array as stored in a .npy file. Supported dtypes: '<f4' '<f8', '<i2' '<i4' '<i8',
@@ -46,6 +48,27 @@ NpyArray parse_npy(const uint8_t* data, size_t size, const std::string& what);
 // is erased from its front): no second copy of the data.
 NpyArray parse_npy(std::vector<uint8_t>&& image, const std::string& what);
 NpyArray read_npy(const std::string& path);
+
+// A .npy file open with its header read and checked (the same FileErrors as read_npy's), its
+// data read on request: a caller can refuse an array by dtype or shape before reading it, and
+// int32 data goes straight into its vector.
+class NpyReader {
+ public:
+  explicit NpyReader(const std::string& path);
+  const std::string& descr() const { return descr_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  char kind() const;
+  NpyArray read() const;  // the whole array, as read_npy gives it
+  // to_int32(read(), what), a '<i4' file's data read into the result itself: one buffer, not
+  // two (a large token file's pages touched once).
+  std::vector<int32_t> read_int32(const std::string& what) const;
+
+ private:
+  ReadOnlyFile file_;
+  std::string descr_;
+  std::vector<int64_t> shape_;
+  uint64_t data_offset_ = 0, data_bytes_ = 0;
+};
 // Entry `index` along the first axis (shape[1:]), reading only its bytes from the file: one
 // sequence's maps of a large [N, ...] array. *entries (when given) gets N. A FileError names
 // the file for the same faults as read_npy's and for an index outside [0, N).

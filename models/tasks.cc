@@ -172,6 +172,17 @@ void validate_dataset(const Dataset& d, const ModelConfig& c, const std::string&
 
 namespace {
 
+// A token or target array's dtype (integers) and shape (2-D), before its values are read.
+void check_token_array(char kind, const std::string& descr, const std::vector<int64_t>& shape, const std::string& what) {
+  if (kind != 'i' && kind != 'u')
+    throw FileError(what + " has dtype " + descr + "; token and target arrays must be integers");
+  if (shape.size() != 2) {
+    std::string s;
+    for (int64_t v : shape) s += (s.empty() ? "" : ", ") + std::to_string(v);
+    throw FileError(what + " has shape (" + s + "); expected 2-D [sequences, T]");
+  }
+}
+
 std::vector<int32_t> int_array(const std::map<std::string, NpyArray>& arrays, const std::string& path,
                                const std::string& name, std::vector<int64_t>* shape) {
   auto it = arrays.find(name);
@@ -183,13 +194,7 @@ std::vector<int32_t> int_array(const std::map<std::string, NpyArray>& arrays, co
   }
   const NpyArray& a = it->second;
   const std::string what = path + ": '" + name + "'";
-  if (a.kind() != 'i' && a.kind() != 'u')
-    throw FileError(what + " has dtype " + a.descr + "; token and target arrays must be integers");
-  if (a.shape.size() != 2) {
-    std::string s;
-    for (int64_t v : a.shape) s += (s.empty() ? "" : ", ") + std::to_string(v);
-    throw FileError(what + " has shape (" + s + "); expected 2-D [sequences, T]");
-  }
+  check_token_array(a.kind(), a.descr, a.shape, what);
   *shape = a.shape;
   return to_int32(a, what);
 }
@@ -217,22 +222,25 @@ Dataset load_sequences(const std::string& path, const ModelConfig& c, const std:
   const bool npz = path.size() > 4 && path.compare(path.size() - 4, 4, ".npz") == 0;
   const bool npy = path.size() > 4 && path.compare(path.size() - 4, 4, ".npy") == 0;
   if (!npz && !npy) throw FileError(path + ": expected a .npz (X, optional Y) or an .npy of tokens [N, T]");
-  std::map<std::string, NpyArray> arrays;
+  Dataset d;
+  if (npy) {  // tokens alone, checked by the header, then read straight into d.x
+    const NpyReader reader(path);
+    check_token_array(reader.kind(), reader.descr(), reader.shape(), path + ": 'X'");
+    d.x = reader.read_int32(path + ": 'X'");
+    d.size = reader.shape()[0], d.seq_len = reader.shape()[1];
+    validate_against(d, c, path, path, path + ": 'Y'", config_source);
+    return d;
+  }
   std::string xs = "X", ys = "Y";
-  if (npy) {
-    arrays["X"] = read_npy(path);
-  } else {
-    arrays = read_npz(path);
-    if (!arrays.count("X") && arrays.count("X_val")) xs = "X_val", ys = "Y_val";
-    if (!arrays.count(xs)) {
-      std::string have;
-      for (const auto& [k, v] : arrays) have += (have.empty() ? "" : ", ") + k;
-      throw FileError(path + ": no array 'X' or 'X_val' (found " + (have.empty() ? "none" : have) + ")");
-    }
+  const std::map<std::string, NpyArray> arrays = read_npz(path);
+  if (!arrays.count("X") && arrays.count("X_val")) xs = "X_val", ys = "Y_val";
+  if (!arrays.count(xs)) {
+    std::string have;
+    for (const auto& [k, v] : arrays) have += (have.empty() ? "" : ", ") + k;
+    throw FileError(path + ": no array 'X' or 'X_val' (found " + (have.empty() ? "none" : have) + ")");
   }
   std::vector<int64_t> xshape, yshape;
-  Dataset d;
-  const std::string xname = npy ? path : path + ": '" + xs + "'";
+  const std::string xname = path + ": '" + xs + "'";
   d.x = int_array(arrays, path, xs, &xshape);
   d.size = xshape[0], d.seq_len = xshape[1];
   if (arrays.count(ys) > 0) {

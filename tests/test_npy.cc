@@ -599,6 +599,38 @@ TEST_CASE("write_file_atomic replaces the file only on success", "[file_io]") {
   CHECK_FALSE(has_temp_files(dir.path));
 }
 
+TEST_CASE("NpyReader: dtype and shape before the data, int32 read straight into its vector", "[npy]") {
+  TempDir dir;
+  const std::vector<int32_t> v32 = {3, -1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8};
+  const std::vector<int64_t> v64(v32.begin(), v32.end());
+  write_npy(dir / "i4.npy", make_npy(v32.data(), {3, 4}));
+  write_npy(dir / "i8.npy", make_npy(v64.data(), {4, 3}));
+  const NpyReader r4(dir / "i4.npy");
+  CHECK(r4.descr() == "<i4");
+  CHECK(r4.shape() == std::vector<int64_t>{3, 4});
+  CHECK(r4.kind() == 'i');
+  CHECK(r4.read_int32("i4") == v32);
+  CHECK(r4.read_int32("i4") == to_int32(read_npy(dir / "i4.npy"), "i4"));  // (readable again)
+  const NpyArray whole = r4.read();
+  CHECK(whole.shape == std::vector<int64_t>{3, 4});
+  CHECK(to_int32(whole, "i4") == v32);
+  const NpyReader r8(dir / "i8.npy");  // another dtype: converted, values checked to fit
+  CHECK(r8.descr() == "<i8");
+  CHECK(r8.read_int32("i8") == v32);
+  const std::vector<int64_t> big = {1, int64_t{1} << 40};
+  write_npy(dir / "big.npy", make_npy(big.data(), {2}));
+  CHECK_THROWS_WITH(NpyReader(dir / "big.npy").read_int32("big"), Catch::Contains("does not fit in int32"));
+  const std::vector<float> f = {1.5f, 2.5f};
+  write_npy(dir / "f.npy", make_npy(f.data(), {2}));
+  CHECK(NpyReader(dir / "f.npy").kind() == 'f');
+  CHECK_THROWS_WITH(NpyReader(dir / "f.npy").read_int32("f"), Catch::Contains("floating point"));
+  // A header promising more data than the file holds is refused when the reader opens it.
+  std::vector<uint8_t> cut = file_bytes(dir / "i4.npy");
+  cut.resize(cut.size() - 4);
+  write_file_atomic(dir / "cut.npy", cut.data(), cut.size());
+  CHECK_THROWS_AS(NpyReader(dir / "cut.npy"), attnkit::FileError);
+}
+
 TEST_CASE("ReadOnlyFile reads slices of one file, the one it opened even when replaced", "[file_io]") {
   TempDir dir;
   const std::string path = dir / "data.bin";
