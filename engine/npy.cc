@@ -512,10 +512,20 @@ NpyArray NpyReader::read() const {
 std::vector<int32_t> NpyReader::read_int32(const std::string& what) const {
   const Dtype t = parse_descr(descr_, what);
   if (!(t.kind == 'i' && t.itemsize == sizeof(int32_t))) return to_int32(read(), what);
-  NpyArray shape_only;  // (conversion_output allocates from the shape; no bytes read yet)
-  shape_only.descr = descr_;
-  shape_only.shape = shape_;
-  std::vector<int32_t> out = conversion_output<int32_t>(shape_only, what, "int32");
+  // Reserved, given huge pages, then zero-filled and read into: a large token file's pages are
+  // faulted in 2 MiB at a time.
+  const size_t n = data_bytes_ / sizeof(int32_t);
+  std::vector<int32_t> out;
+  try {
+    out.reserve(n);
+  } catch (const std::bad_alloc&) {
+    throw FileError(what + ": reading " + std::to_string(n) + " int32 elements needs " + std::to_string(data_bytes_) +
+                    " bytes of memory, which cannot be allocated");
+  } catch (const std::length_error&) {
+    throw FileError(what + ": " + std::to_string(n) + " int32 elements are more than a vector holds");
+  }
+  advise_huge_pages(out.data(), data_bytes_);
+  out.resize(n);
   file_.read_into(out.data(), data_offset_, data_bytes_);
   return out;
 }

@@ -631,6 +631,54 @@ TEST_CASE("NpyReader: dtype and shape before the data, int32 read straight into 
   CHECK_THROWS_AS(NpyReader(dir / "cut.npy"), attnkit::FileError);
 }
 
+namespace {
+// The AnonHugePages of the mapping of /proc/self/smaps that holds address p, in kB (-1 if none).
+long huge_kb_at(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find('-')) {
+      inside = at >= lo && at < hi;
+      continue;
+    }
+    long kb = 0;
+    if (inside && std::sscanf(line.c_str(), "AnonHugePages: %ld kB", &kb) == 1) return kb;
+  }
+  return -1;
+}
+}  // namespace
+
+TEST_CASE("advise_huge_pages: a large buffer faults in huge pages where the kernel gives them on request", "[file_io]") {
+  // Small, unaligned and empty ranges: nothing to do, nothing broken.
+  std::vector<float> small(1000, 1.0f);
+  advise_huge_pages(small.data(), small.size() * sizeof(float));
+  advise_huge_pages(nullptr, 0);
+  CHECK(small[999] == 1.0f);
+  std::vector<int32_t> big;
+  const size_t n = 12u << 20 >> 2;  // 12 MiB of int32
+  big.reserve(n);
+  advise_huge_pages(big.data() + 1, n * sizeof(int32_t) - 4);  // (unaligned start and end)
+  big.resize(n, 7);
+  CHECK(big.front() == 7);
+  CHECK(big.back() == 7);
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode;
+  std::getline(thp, mode);
+  if (mode.find("[madvise]") == std::string::npos && mode.find("[always]") == std::string::npos) {
+    WARN("transparent huge pages off here (" << mode << "): the advice is not checked");
+    return;
+  }
+#if defined(__SANITIZE_ADDRESS__)
+  WARN("AddressSanitizer's allocator maps its own memory: the advice is not checked");
+  return;
+#endif
+  // At least 4 of its 6 whole 2 MiB blocks (the kernel may be short of free huge pages).
+  CHECK(huge_kb_at(big.data() + n / 2) >= 4 * 2048);
+}
+
 TEST_CASE("ReadOnlyFile reads slices of one file, the one it opened even when replaced", "[file_io]") {
   TempDir dir;
   const std::string path = dir / "data.bin";
